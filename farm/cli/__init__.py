@@ -1,0 +1,1 @@
+"""The `farm` command line: one module per command group, composed in main.py."""

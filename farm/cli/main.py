@@ -1,0 +1,46 @@
+"""The `farm` application: global options, and the command groups of the flow."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from farm import __version__
+from farm.cli import config_cmd, ops
+from farm.cli.common import parse_sets, setup_logging
+
+app = typer.Typer(
+    name="farm",
+    help="Kernel Farm: port and optimise Triton kernels of LLM-serving frameworks across accelerators.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals may hold storage credentials
+)
+app.add_typer(ops.app, name="ops")
+app.add_typer(config_cmd.app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"farm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    config: Annotated[Optional[str], typer.Option("--config", "-c", envvar="FARM_CONFIG",
+                                                  help="Config file (default: configs/farm.yaml).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE",
+                                                       help="Override any setting, e.g. --set store=file:///data (repeatable).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages to stderr.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Global options apply to every command."""
+    setup_logging(verbose)
+    ctx.obj = {"config": config, "overrides": parse_sets(set_ or [])}
+
+
+def main() -> None:
+    app()

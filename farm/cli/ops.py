@@ -1,0 +1,99 @@
+"""`farm ops`: the task corpus. List the tasks, and check each Model against its Reference."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from farm import corpus, opcheck
+from farm.backends import resolve_device
+from farm.cli.common import JsonOption, err, fmt_num, handle_errors, out, print_json, settings, table
+from farm.errors import EXIT_FAILED, FarmError, TaskError
+
+app = typer.Typer(help="List and check the kernel tasks of the corpus.", no_args_is_help=True)
+
+SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Source folder name (repeatable); default all.")]
+OpsOpt = Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name or source/op (repeatable); default all.")]
+
+
+@app.command("list")
+@handle_errors
+def list_ops(ctx: typer.Context, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
+    """List the tasks of each source with their metadata; invalid files are shown with the rule they break."""
+    refs = corpus.find_tasks(settings(ctx), source)
+    rows = []
+    for ref in refs:
+        try:
+            rows.append({"status": "ok", **corpus.describe(corpus.load_task(ref))})
+        except TaskError as exc:
+            rows.append({"status": "invalid", "source": ref.source, "op": ref.op, "path": str(ref.path),
+                         "error": str(exc)})
+    if as_json:
+        print_json(rows)
+    else:
+        out.print(table(f"{len(rows)} tasks", ["source", "op", "status", "reference", "tags", "summary"],
+                        [[r["source"], r["op"], r["status"], "yes" if r.get("reference") else "-",
+                          ",".join(r.get("tags", [])), r.get("summary") or r.get("error", "")] for r in rows]))
+    if any(r["status"] != "ok" for r in rows):
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("check")
+@handle_errors
+def check(
+    ctx: typer.Context,
+    source: SourceOpt = None,
+    ops: OpsOpt = None,
+    device: Annotated[str, typer.Option(help="cpu (Triton interpreter), cuda[:N], npu[:N], N, or auto.")] = "auto",
+    shapes: Annotated[str, typer.Option(help="bench (the original's shapes), small, or auto (small on cpu).")] = "auto",
+    seed: Annotated[Optional[int], typer.Option(help="Seed for get_init_inputs/get_inputs [reference.seed].")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [check.timeout_s].")] = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Run every selected Model against its Reference on one device; exit 1 if any op fails."""
+    s = settings(ctx, {"reference.seed": seed, "check.timeout_s": timeout})
+    spec = resolve_device(device, default_target="cuda")
+    if shapes == "auto":
+        shapes = "small" if spec.backend.name == "cpu" else "bench"
+    if shapes not in corpus.SHAPE_SETS:
+        raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
+    refs = corpus.find_tasks(s, source, ops)
+    with _progress(not as_json) as progress:
+        bar = progress.add_task(f"checking on {spec.label}", total=len(refs))
+        results = opcheck.check_ops(refs, spec, shapes, s.reference.seed, s.check.timeout_s,
+                                    on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op']}: {r['status']}"))
+    if as_json:
+        print_json({"device": spec.label, "shapes": shapes, "results": results})
+    else:
+        out.print(_check_table(results, spec.label, shapes))
+    failed = [r for r in results if r["status"] != "pass"]
+    if failed:
+        err.print(f"[red]{len(failed)} of {len(results)} ops failed[/]")
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, disable=not enabled, transient=True)
+
+
+def _shapes_text(shapes: list, dtypes: list) -> str:
+    parts = []
+    for shp, dt in zip(shapes, dtypes):
+        if shp is None:
+            continue
+        parts.append(f"{dt.removeprefix('torch.')}{shp}")
+    return " ".join(parts)
+
+
+def _check_table(results: list[dict], device: str, shapes: str):
+    rows = []
+    for r in results:
+        status = r["status"] + (f" ({r['stage']})" if r["status"] == "error" else "")
+        rows.append([r["source"], r["op"], status, fmt_num(r.get("max_abs")), fmt_num(r.get("max_rel")),
+                     _shapes_text(r.get("input_shapes", []), r.get("input_dtypes", [])),
+                     fmt_num(r.get("model_ms"), ".3f"), r.get("error", "")])
+    return table(f"ops check on {device} ({shapes} shapes)",
+                 ["source", "op", "result", "max abs", "max rel", "inputs", "ms", "error"], rows)

@@ -1,0 +1,163 @@
+"""The tolerance policy: is an output the expected one?
+
+Written down once and used everywhere (ops check, reference consumers, the evaluator):
+
+- Count, kind, shape and dtype of every output must match; a candidate's output is never cast
+  to make it match.
+- Floating point: every finite element satisfies |out - exp| <= atol + rtol * |exp|, with
+  (atol, rtol) by dtype below (a task's TOLERANCE overrides them). The defaults admit about
+  two units in the last place of the dtype at magnitude 1, the spread of a different but
+  correct accumulation order, and nothing more.
+- NaN positions must be equal, and +Inf/-Inf positions (with their signs) must be equal.
+- Integer and bool tensors: exactly equal.
+- Plain Python outputs: ints, bools, strings and None exactly equal; floats within 1e-6 relative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
+    # dtype: (atol, rtol)
+    "float64": (1e-9, 1e-7),
+    "float32": (1e-5, 1e-4),
+    "float16": (1e-3, 2e-3),  # fp16 ulp at 1.0 is 9.8e-4
+    "bfloat16": (1e-2, 1.6e-2),  # bf16 ulp at 1.0 is 7.8e-3
+}
+PY_FLOAT_RTOL = 1e-6
+
+
+@dataclass
+class OutputCheck:
+    index: str
+    ok: bool
+    kind: str  # "tensor", "scalar", "none"
+    shape: list[int] | None = None
+    dtype: str | None = None
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def tolerance_for(dtype: torch.dtype, overrides: dict[str, tuple[float, float]] | None = None) -> tuple[float, float]:
+    name = dtype_name(dtype)
+    if overrides and name in overrides:
+        return overrides[name]
+    return DEFAULT_TOLERANCE.get(name, DEFAULT_TOLERANCE["float32"])
+
+
+def as_output_list(value: Any) -> list:
+    """A forward's result as the list the .pt stores: a single output becomes [output]."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def compare_outputs(actual: list, expected: list, tolerance: dict | None = None) -> list[OutputCheck]:
+    if len(actual) != len(expected):
+        return [OutputCheck("*", False, "count", reason=f"{len(actual)} outputs, expected {len(expected)}")]
+    checks: list[OutputCheck] = []
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        checks.extend(_compare_one(str(i), a, e, tolerance))
+    return checks
+
+
+def _compare_one(index: str, a: Any, e: Any, tolerance: dict | None) -> list[OutputCheck]:
+    if isinstance(e, (list, tuple)):
+        if not isinstance(a, (list, tuple)) or len(a) != len(e):
+            return [OutputCheck(index, False, "sequence", reason=f"expected a sequence of {len(e)}, got {_kind(a)}")]
+        out: list[OutputCheck] = []
+        for j, (x, y) in enumerate(zip(a, e)):
+            out.extend(_compare_one(f"{index}.{j}", x, y, tolerance))
+        return out
+    if isinstance(e, torch.Tensor):
+        return [compare_tensor(index, a, e, tolerance)]
+    return [_compare_scalar(index, a, e)]
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor {tuple(value.shape)} {dtype_name(value.dtype)}"
+    return type(value).__name__
+
+
+def _compare_scalar(index: str, a: Any, e: Any) -> OutputCheck:
+    kind = "none" if e is None else "scalar"
+    if isinstance(e, float) and isinstance(a, (int, float)) and not isinstance(a, bool):
+        if math.isnan(e) and math.isnan(a):
+            return OutputCheck(index, True, kind)
+        diff = abs(a - e)
+        ok = diff <= PY_FLOAT_RTOL * max(abs(e), 1e-12) or a == e
+        return OutputCheck(index, ok, kind, max_abs=diff, reason="" if ok else f"{a!r} != {e!r}")
+    ok = type(a) is type(e) and a == e
+    return OutputCheck(index, ok, kind, reason="" if ok else f"got {a!r} ({_kind(a)}), expected {e!r}")
+
+
+def compare_tensor(index: str, a: Any, e: torch.Tensor, tolerance: dict | None = None) -> OutputCheck:
+    shape, dtype = list(e.shape), dtype_name(e.dtype)
+    fail = lambda why: OutputCheck(index, False, "tensor", shape, dtype, reason=why)  # noqa: E731
+    if not isinstance(a, torch.Tensor):
+        return fail(f"expected a tensor, got {_kind(a)}")
+    if a.dtype != e.dtype:
+        return fail(f"dtype {dtype_name(a.dtype)}, expected {dtype}")
+    if a.shape != e.shape:
+        return fail(f"shape {list(a.shape)}, expected {shape}")
+    a = a.detach().cpu()
+    e = e.detach().cpu()
+    if not (e.is_floating_point() or e.is_complex()):
+        mismatched = int((a != e).sum())
+        ok = mismatched == 0
+        diff = (a.long() - e.long()).abs().max().item() if (a.numel() and e.dtype != torch.bool) else float(mismatched)
+        return OutputCheck(index, ok, "tensor", shape, dtype, max_abs=float(diff),
+                           reason="" if ok else f"{mismatched} of {e.numel()} elements differ (exact dtype)")
+    return _compare_float(index, a, e, tolerance)
+
+
+def _compare_float(index: str, a: torch.Tensor, e: torch.Tensor, tolerance: dict | None) -> OutputCheck:
+    shape, dtype = list(e.shape), dtype_name(e.dtype)
+    atol, rtol = tolerance_for(e.dtype, tolerance)
+    a64, e64 = a.double(), e.double()
+    nan_a, nan_e = torch.isnan(a64), torch.isnan(e64)
+    if not torch.equal(nan_a, nan_e):
+        n = int((nan_a != nan_e).sum())
+        return OutputCheck(index, False, "tensor", shape, dtype, reason=f"NaN positions differ at {n} elements")
+    inf_a, inf_e = torch.isinf(a64), torch.isinf(e64)
+    if not torch.equal(inf_a, inf_e) or not torch.equal(a64[inf_e], e64[inf_e]):
+        return OutputCheck(index, False, "tensor", shape, dtype, reason="Inf positions or signs differ")
+    finite = torch.isfinite(e64)
+    if not bool(finite.any()):
+        return OutputCheck(index, True, "tensor", shape, dtype)
+    diff = (a64 - e64).abs()[finite]
+    ref = e64.abs()[finite]
+    max_abs = float(diff.max())
+    max_rel = float((diff / ref.clamp_min(1e-12)).max())
+    bad = diff > atol + rtol * ref
+    n_bad = int(bad.sum())
+    ok = n_bad == 0
+    reason = "" if ok else f"{n_bad} of {diff.numel()} elements outside atol={atol:g} rtol={rtol:g}"
+    return OutputCheck(index, ok, "tensor", shape, dtype, max_abs=max_abs, max_rel=max_rel, reason=reason)
+
+
+def all_ok(checks: list[OutputCheck]) -> bool:
+    return bool(checks) and all(c.ok for c in checks)
+
+
+def summarize(checks: list[OutputCheck]) -> dict[str, Any]:
+    tensors = [c for c in checks if c.kind == "tensor"]
+    return {
+        "ok": all_ok(checks),
+        "max_abs": max((c.max_abs for c in tensors), default=0.0),
+        "max_rel": max((c.max_rel for c in tensors), default=0.0),
+        "failures": [f"output {c.index}: {c.reason}" for c in checks if not c.ok],
+    }

@@ -1,0 +1,299 @@
+"""Settings: one dataclass tree, one precedence rule.
+
+    command-line option > environment (FARM_*, standard AWS_*) > config file > built-in default
+
+The config file is `--config`, else `$FARM_CONFIG`, else `configs/farm.yaml` of the checkout
+(or of the current directory). Every effective value remembers where it came from, so
+`farm config show` can say it; secrets are masked there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from farm.errors import ConfigError
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STORE = "file://~/.farm/store"
+
+
+def _meta(help: str, env: str | None = None, secret: bool = False) -> dict:
+    return {"help": help, "env": env, "secret": secret}
+
+
+@dataclass
+class CorpusSettings:
+    tasks_dir: str = field(
+        default="",
+        metadata=_meta("folder holding one sub-folder per source (default: the checkout's tasks/)"),
+    )
+    sources: dict[str, str] = field(
+        default_factory=dict,
+        metadata=_meta("extra sources, name: folder of KernelBench-style task files"),
+    )
+
+
+@dataclass
+class S3Settings:
+    endpoint_url: str | None = field(
+        default=None,
+        metadata=_meta("S3-compatible endpoint (MinIO, Ceph RGW, ...)", env="AWS_ENDPOINT_URL"),
+    )
+    region: str | None = field(
+        default=None, metadata=_meta("S3 region", env="AWS_DEFAULT_REGION")
+    )
+    access_key_id: str | None = field(
+        default=None, metadata=_meta("access key", env="AWS_ACCESS_KEY_ID", secret=True)
+    )
+    secret_access_key: str | None = field(
+        default=None, metadata=_meta("secret key", env="AWS_SECRET_ACCESS_KEY", secret=True)
+    )
+    addressing_style: str = field(
+        default="path", metadata=_meta("'path' (S3-compatible servers) or 'virtual' (AWS)")
+    )
+    max_attempts: int = field(default=8, metadata=_meta("attempts per request (standard retry mode)"))
+    multipart_threshold_mb: int = field(
+        default=64, metadata=_meta("objects larger than this are sent in parts")
+    )
+    multipart_chunksize_mb: int = field(default=64, metadata=_meta("size of one part"))
+    connect_timeout_s: float = field(default=10.0, metadata=_meta("connection timeout"))
+    read_timeout_s: float = field(default=60.0, metadata=_meta("read timeout"))
+
+
+@dataclass
+class ReferenceSettings:
+    seed: int = field(default=0, metadata=_meta("seed for get_init_inputs/get_inputs"))
+    timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process"))
+
+
+@dataclass
+class CheckSettings:
+    timeout_s: float = field(default=300.0, metadata=_meta("limit per op for `farm ops check`"))
+
+
+@dataclass
+class Settings:
+    store: str = field(
+        default=DEFAULT_STORE, metadata=_meta("storage URL: file:///path or s3://bucket/prefix")
+    )
+    corpus: CorpusSettings = field(default_factory=CorpusSettings)
+    s3: S3Settings = field(default_factory=S3Settings)
+    reference: ReferenceSettings = field(default_factory=ReferenceSettings)
+    check: CheckSettings = field(default_factory=CheckSettings)
+
+    def tasks_dir(self) -> Path:
+        if self.corpus.tasks_dir:
+            return Path(self.corpus.tasks_dir).expanduser()
+        bundled = PACKAGE_ROOT / "tasks"
+        return bundled if bundled.is_dir() else Path.cwd() / "tasks"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One setting: its dotted key, its type, its metadata."""
+
+    key: str
+    type: Any
+    help: str
+    env: str
+    secret: bool
+
+
+def leaves(cls: type = Settings, prefix: str = "") -> list[Leaf]:
+    hints = typing.get_type_hints(cls)
+    out: list[Leaf] = []
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.extend(leaves(tp, key + "."))
+            continue
+        env = "FARM_" + key.replace(".", "_").upper()
+        out.append(Leaf(key, tp, f.metadata.get("help", ""), env, f.metadata.get("secret", False)))
+    return out
+
+
+def _aliases(cls: type = Settings, prefix: str = "") -> dict[str, str]:
+    """Standard variables (AWS_*) that also feed a setting, below its FARM_* name."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(_aliases(hints[f.name], f"{prefix}{f.name}."))
+        elif f.metadata.get("env"):
+            out[f"{prefix}{f.name}"] = f.metadata["env"]
+    return out
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check (and for strings from the environment, convert) a value to a field's type."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return coerce(value, inner[0], where)
+    if origin is dict:
+        if isinstance(value, str):
+            value = _parse_mapping(value, where)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{where}: expected a mapping of name: value, got {value!r}")
+        return {k: coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _parse_mapping(text: str, where: str) -> dict:
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not valid JSON: {exc}") from None
+    pairs = [p for p in text.split(",") if p.strip()]
+    if not all("=" in p for p in pairs):
+        raise ConfigError(f"{where}: expected JSON or name=value,name=value, got {text!r}")
+    return dict(p.strip().split("=", 1) for p in pairs)
+
+
+def find_config_file(explicit: str | os.PathLike | None) -> tuple[Path | None, str]:
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} (--config) does not exist")
+        return path, "--config"
+    if os.environ.get("FARM_CONFIG"):
+        path = Path(os.environ["FARM_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} (FARM_CONFIG) does not exist")
+        return path, "FARM_CONFIG"
+    for candidate in (Path.cwd() / "configs" / "farm.yaml", PACKAGE_ROOT / "configs" / "farm.yaml"):
+        if candidate.is_file():
+            return candidate, "default location"
+    return None, ""
+
+
+def _flatten_file(data: Any, path: Path, known: dict[str, Leaf], prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: {prefix or 'top level'} must be a mapping")
+    out = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if key in known:
+            out[key] = value
+        elif any(k.startswith(key + ".") for k in known):
+            out.update(_flatten_file(value or {}, path, known, key + "."))
+        else:
+            raise ConfigError(f"{path}: unknown key '{key}' (known: {', '.join(sorted(known))})")
+    return out
+
+
+def load_settings(
+    config: str | os.PathLike | None = None,
+    overrides: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[Settings, dict[str, str]]:
+    """Build the effective settings and, for each dotted key, where its value came from."""
+    env = os.environ if env is None else env
+    known = {leaf.key: leaf for leaf in leaves()}
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {k: "default" for k in known}
+
+    path, _why = find_config_file(config)
+    if path is not None:
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        for key, value in _flatten_file(data, path, known).items():
+            values[key] = coerce(value, known[key].type, f"{path}: {key}")
+            origin[key] = f"file {path}"
+
+    aliases = _aliases()
+    for key, leaf in known.items():
+        for var in (leaf.env, aliases.get(key)):
+            if var and env.get(var) not in (None, ""):
+                values[key] = coerce(env[var], leaf.type, f"environment {var}")
+                origin[key] = f"env {var}"
+                break
+
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in known:
+            raise ConfigError(f"unknown setting '{key}'")
+        values[key] = coerce(value, known[key].type, f"option for {key}")
+        origin[key] = "command line"
+
+    return _build(Settings, values), origin
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = _build(hints[f.name], values, key + ".")
+        elif key in values:
+            kwargs[f.name] = values[key]
+    return cls(**kwargs)
+
+
+def get(settings: Settings, key: str) -> Any:
+    obj: Any = settings
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def mask(value: Any) -> str:
+    if value in (None, ""):
+        return "-"
+    text = str(value)
+    return "****" + text[-2:] if len(text) > 6 else "****"
+
+
+def describe(settings: Settings, origin: dict[str, str]) -> list[dict[str, Any]]:
+    """Rows for `farm config show`: key, value (secrets masked), source, env variable, help."""
+    rows = []
+    for leaf in leaves():
+        value = get(settings, leaf.key)
+        shown = mask(value) if leaf.secret else value
+        rows.append(
+            {"key": leaf.key, "value": shown, "source": origin[leaf.key], "env": leaf.env, "help": leaf.help}
+        )
+    return rows

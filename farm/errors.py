@@ -1,0 +1,45 @@
+"""One base error for every user-facing failure, and the exit codes the CLI returns.
+
+A wrong kernel is data (a verdict), never an exception; these are for bad input,
+unreachable services and broken stores, each with a message that names what is wrong.
+"""
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command ran, but some op/candidate failed
+EXIT_USAGE = 2  # a user mistake: bad option, config, task file
+EXIT_STORAGE = 3  # the store could not be read or written
+
+
+class FarmError(Exception):
+    """A failure the user can act on; the CLI prints it without a traceback."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(FarmError):
+    """A configuration key is unknown or has the wrong type."""
+
+
+class TaskError(FarmError):
+    """A task file breaks a rule of the task format."""
+
+    def __init__(self, path, rule: str, detail: str = ""):
+        self.path = str(path)
+        self.rule = rule
+        self.detail = detail
+        msg = f"{self.path}: {rule}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class StorageError(FarmError):
+    """The store is unreachable, an object is missing or fails its checksum."""
+
+    exit_code = EXIT_STORAGE
+
+
+class IntegrityError(StorageError):
+    """An object's bytes do not match its recorded sha256."""
+
+
+class InvalidName(FarmError):
+    """A source or op name that could escape its storage prefix."""

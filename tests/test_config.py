@@ -1,0 +1,83 @@
+import json
+
+import pytest
+
+from farm.config import load_settings
+from farm.errors import ConfigError
+
+
+def test_defaults_apply_without_file_or_env(monkeypatch):
+    monkeypatch.delenv("FARM_STORE")
+    s, origin = load_settings(env={})
+    assert s.store == "file://~/.farm/store"
+    assert s.s3.max_attempts == 8
+    assert origin["s3.max_attempts"] == "default"
+
+
+def test_precedence_cli_over_env_over_file_over_default(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("store: file:///from-file\nreference:\n  seed: 3\n  timeout_s: 9\n")
+    env = {"FARM_REFERENCE_SEED": "5"}
+    s, origin = load_settings(cfg, overrides={"reference.timeout_s": 1.5}, env=env)
+    assert s.store == "file:///from-file" and origin["store"] == f"file {cfg}"
+    assert s.reference.seed == 5 and origin["reference.seed"] == "env FARM_REFERENCE_SEED"
+    assert s.reference.timeout_s == 1.5 and origin["reference.timeout_s"] == "command line"
+    assert s.check.timeout_s == 300.0 and origin["check.timeout_s"] == "default"
+
+
+def test_standard_aws_variables_feed_s3_settings(tmp_path):
+    s, origin = load_settings(env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ACCESS_KEY_ID": "abc"})
+    assert s.s3.endpoint_url == "http://127.0.0.1:9000"
+    assert origin["s3.access_key_id"] == "env AWS_ACCESS_KEY_ID"
+    # the farm's own name wins over the standard one
+    s, _ = load_settings(env={"AWS_ENDPOINT_URL": "http://a", "FARM_S3_ENDPOINT_URL": "http://b"})
+    assert s.s3.endpoint_url == "http://b"
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("reference:\n  sead: 1\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown key 'reference.sead'"):
+        load_settings(cfg, env={})
+
+
+def test_wrong_type_names_key_and_file(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("reference:\n  seed: seven\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: reference.seed: expected int, got 'seven'"):
+        load_settings(cfg, env={})
+
+
+def test_wrong_type_in_environment_names_variable():
+    with pytest.raises(ConfigError, match="environment FARM_CHECK_TIMEOUT_S: expected float"):
+        load_settings(env={"FARM_CHECK_TIMEOUT_S": "soon"})
+
+
+def test_sources_mapping_from_env_json_and_pairs():
+    s, _ = load_settings(env={"FARM_CORPUS_SOURCES": '{"akg": "/x"}'})
+    assert s.corpus.sources == {"akg": "/x"}
+    s, _ = load_settings(env={"FARM_CORPUS_SOURCES": "a=/x,b=/y"})
+    assert s.corpus.sources == {"a": "/x", "b": "/y"}
+
+
+def test_config_show_masks_secrets_and_names_sources(cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "supersecretvalue")
+    result = cli("--set", "reference.seed=4", "config", "show", "--json")
+    assert result.exit_code == 0
+    rows = {r["key"]: r for r in json.loads(result.stdout)}
+    assert "supersecretvalue" not in result.stdout
+    assert rows["s3.secret_access_key"]["value"].startswith("****")
+    assert rows["s3.secret_access_key"]["source"] == "env AWS_SECRET_ACCESS_KEY"
+    assert rows["reference.seed"] == {**rows["reference.seed"], "value": 4, "source": "command line"}
+
+
+def test_config_show_table_and_bad_file_exit_code(cli, tmp_path):
+    assert "reference.seed" in cli("config", "show").stdout
+    bad = tmp_path / "x.yaml"
+    bad.write_text("nope: 1\n")
+    result = cli("--config", bad, "config", "show")
+    assert result.exit_code == 2
+    assert "unknown key 'nope'" in result.stderr
+    assert "Traceback" not in result.output
+    missing = cli("--config", tmp_path / "none.yaml", "config", "show")
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr

@@ -1,0 +1,64 @@
+"""`farm ops check`: Model against Reference in a child process per op."""
+
+import json
+
+from farm import opcheck
+from farm.backends import resolve_device
+from tests.conftest import GOOD_TASK, write_task
+
+
+def test_check_passes_good_task_and_reports_numbers(cli, task_dir):
+    result = cli("ops", "check", "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)["results"]
+    assert row["status"] == "pass" and row["max_abs"] == 0.0
+    assert row["input_shapes"] == [[37]] and row["input_dtypes"] == ["torch.float32"]
+
+
+def test_reference_that_disagrees_fails_with_exit_1(cli, task_dir):
+    write_task(task_dir / "mini", "wrong", GOOD_TASK.replace("return x * 2.0", "return x * 2.5"))
+    result = cli("ops", "check", "--device", "cpu", "--ops", "wrong")
+    assert result.exit_code == 1
+    assert "mismatch" in result.stdout and "outside atol" in result.stdout
+
+
+def test_hang_and_crash_cost_one_op_each(task_dir):
+    hang = write_task(task_dir / "mini", "hangs", GOOD_TASK.replace(
+        "return x * 2.0", "import time\n        time.sleep(60)\n        return x"))
+    crash = write_task(task_dir / "mini", "aborts", GOOD_TASK.replace(
+        "y = torch.empty_like(x)", "import os; os.abort()"))
+    from farm.corpus import ref_from_file
+
+    refs = [ref_from_file(hang, "mini"), ref_from_file(crash, "mini"), ref_from_file(task_dir / "mini/scale2.py", "mini")]
+    results = opcheck.check_ops(refs, resolve_device("cpu"), "small", 0, timeout_s=8)
+    by_op = {r["op"]: r for r in results}
+    assert by_op["hangs"]["status"] == "error" and by_op["hangs"]["stage"] == "reference"
+    assert "no result after" in by_op["hangs"]["error"]
+    assert by_op["aborts"]["status"] == "error" and by_op["aborts"]["stage"] == "forward"
+    assert "SIGABRT" in by_op["aborts"]["error"]
+    assert by_op["scale2"]["status"] == "pass"
+
+
+def test_non_deterministic_get_inputs_is_reported(cli, task_dir):
+    write_task(task_dir / "mini", "random_inputs", GOOD_TASK.replace(
+        "return [torch.randn(N)]", "import random\n    return [torch.full((N,), random.random())]"))
+    result = cli("ops", "check", "--device", "cpu", "--ops", "random_inputs", "--json")
+    assert result.exit_code == 1
+    [row] = json.loads(result.stdout)["results"]
+    assert row["stage"] == "get_inputs" and "deterministic" in row["error"]
+
+
+def test_whole_bundled_corpus_passes_on_cpu_at_small_shapes(cli, monkeypatch):
+    result = cli("ops", "check", "--device", "cpu", "--json")
+    rows = json.loads(result.stdout)["results"]
+    assert len(rows) >= 25
+    failed = [(r["source"], r["op"], r["error"]) for r in rows if r["status"] != "pass"]
+    assert failed == [] and result.exit_code == 0
+
+
+def test_bad_options_are_usage_errors(cli, task_dir):
+    assert cli("ops", "check", "--device", "tpu").exit_code == 2
+    r = cli("ops", "check", "--device", "cpu", "--shapes", "huge")
+    assert r.exit_code == 2 and "--shapes" in r.stderr
+    r = cli("ops", "check", "--source", "nope")
+    assert r.exit_code == 2 and "unknown source" in r.stderr and "Traceback" not in r.output
