@@ -15,66 +15,22 @@ from farm.backends import DeviceSpec
 from farm.corpus import TaskRef
 from farm.errors import TaskError
 from farm.isolation import run_in_child
+from farm.tensors import clone_values, describe_values, same_values, seed_all, to_cpu, to_device
 
 WARM_REPS = 5  # warm runs timed on an accelerator (the first run compiles)
 
 
-def seed_all(seed: int) -> None:
-    import torch
-
-    torch.manual_seed(seed)  # also seeds every CUDA/NPU device
-
-
-def to_device(values: list, device: str) -> list:
-    import torch
-
-    def move(v):
-        if isinstance(v, torch.Tensor):
-            return v.to(device)
-        if isinstance(v, (list, tuple)):
-            return type(v)(move(x) for x in v)
-        return v
-
-    return [move(v) for v in values]
-
-
-def clone_values(values: list) -> list:
-    import torch
-
-    def cp(v):
-        if isinstance(v, torch.Tensor):
-            return v.clone()
-        if isinstance(v, (list, tuple)):
-            return type(v)(cp(x) for x in v)
-        return v
-
-    return [cp(v) for v in values]
-
-
-def describe_values(values: list) -> tuple[list, list]:
-    """(shapes, dtypes) as the .pt and the tables show them; None for non-tensors."""
-    import torch
-
-    shapes, dtypes = [], []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            shapes.append(list(v.shape))
-            dtypes.append(str(v.dtype))
-        else:
-            shapes.append(None)
-            dtypes.append(None)
-    return shapes, dtypes
-
-
-def build_inputs(task: corpus.Task, seed: int, report: Callable[[str], None]) -> tuple[list, list]:
-    """Seeded init inputs and forward inputs, checked for the rules of the task format."""
-    import torch
-
-    report("get_init_inputs")
+def draw_init_inputs(task: corpus.Task, seed: int) -> list:
     seed_all(seed)
     init_inputs = task.init_inputs()
     corpus.check_init_arity(task, init_inputs)
-    report("get_inputs")
+    return init_inputs
+
+
+def draw_inputs(task: corpus.Task, seed: int) -> list:
+    """Seeded forward inputs, checked: CPU tensors, and the same values for the same seed."""
+    import torch
+
     seed_all(seed)
     inputs = task.inputs()
     for i, v in enumerate(inputs):
@@ -82,20 +38,17 @@ def build_inputs(task: corpus.Task, seed: int, report: Callable[[str], None]) ->
             raise TaskError(task.ref.path, "get_inputs() must return CPU tensors", f"input {i} is on {v.device}")
     seed_all(seed)
     again = task.inputs()
-    if not _same(inputs, again):
+    if not same_values(inputs, again):
         raise TaskError(task.ref.path, "get_inputs() must be deterministic under torch.manual_seed",
                         "two calls with the same seed gave different values")
-    return init_inputs, inputs
+    return inputs
 
 
-def _same(a: Any, b: Any) -> bool:
-    import torch
-
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+def build_inputs(task: corpus.Task, seed: int, report: Callable[[str], None]) -> tuple[list, list]:
+    report("get_init_inputs")
+    init_inputs = draw_init_inputs(task, seed)
+    report("get_inputs")
+    return init_inputs, draw_inputs(task, seed)
 
 
 def _timed_forward(model, inputs: list, spec: DeviceSpec) -> tuple[Any, float]:
@@ -127,7 +80,7 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
         warm = [_timed_forward(model, dev_inputs, spec)[1] for _ in range(0 if spec.backend.interpret else WARM_REPS)]
         report("reference")
         expected, ref_ms = _timed_forward(truth, dev_inputs, spec)
-    checks = compare.compare_outputs(compare.as_output_list(_cpu(out)), compare.as_output_list(_cpu(expected)),
+    checks = compare.compare_outputs(compare.as_output_list(to_cpu(out)), compare.as_output_list(to_cpu(expected)),
                                      task.tolerance)
     shapes_in, dtypes_in = describe_values(inputs)
     summary = compare.summarize(checks)
@@ -148,16 +101,6 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
         "self_reference": task.reference_cls is None,
         "device": backends.device_name(spec),
     }
-
-
-def _cpu(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
 
 
 def check_ops(

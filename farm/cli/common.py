@@ -6,10 +6,11 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from farm.config import Settings, load_settings
@@ -20,6 +21,8 @@ out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of a table.")
+SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Source name (repeatable); default all.")]
+OpsOpt = Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name or source/op (repeatable); default all.")]
 
 
 def settings(ctx: typer.Context, overrides: dict[str, Any] | None = None) -> Settings:
@@ -84,3 +87,19 @@ def fmt_num(value: Any, spec: str = ".2e") -> str:
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def fmt_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def progress_bar(enabled: bool) -> Progress:
+    """A progress bar on stderr, so stdout stays clean for tables and --json."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, disable=not enabled, transient=True)

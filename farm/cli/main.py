@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from farm import __version__
-from farm.cli import config_cmd, ops
+from farm.cli import cache, config_cmd, ops, reference
 from farm.cli.common import parse_sets, setup_logging
 
 app = typer.Typer(
@@ -17,6 +17,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold storage credentials
 )
 app.add_typer(ops.app, name="ops")
+app.command("reference")(reference.reference)
+app.add_typer(cache.app, name="cache")
 app.add_typer(config_cmd.app, name="config")
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from farm import corpus, opcheck
 from farm.backends import resolve_device
-from farm.cli.common import JsonOption, err, fmt_num, handle_errors, out, print_json, settings, table
+from farm.cli.common import (JsonOption, OpsOpt, SourceOpt, err, fmt_num, handle_errors, out, print_json,
+                             progress_bar, settings, table)
 from farm.errors import EXIT_FAILED, FarmError, TaskError
 
 app = typer.Typer(help="List and check the kernel tasks of the corpus.", no_args_is_help=True)
 
-SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Source folder name (repeatable); default all.")]
-OpsOpt = Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name or source/op (repeatable); default all.")]
 
 
 @app.command("list")
@@ -60,7 +58,7 @@ def check(
     if shapes not in corpus.SHAPE_SETS:
         raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
     refs = corpus.find_tasks(s, source, ops)
-    with _progress(not as_json) as progress:
+    with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"checking on {spec.label}", total=len(refs))
         results = opcheck.check_ops(refs, spec, shapes, s.reference.seed, s.check.timeout_s,
                                     on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op']}: {r['status']}"))
@@ -72,11 +70,6 @@ def check(
     if failed:
         err.print(f"[red]{len(failed)} of {len(results)} ops failed[/]")
         raise typer.Exit(EXIT_FAILED)
-
-
-def _progress(enabled: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err, disable=not enabled, transient=True)
 
 
 def _shapes_text(shapes: list, dtypes: list) -> str:

@@ -1,0 +1,95 @@
+"""`farm cache`: the stored reference data. List, re-verify, and copy between a folder and a store."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from farm import refcache
+from farm.cli.common import (JsonOption, SourceOpt, err, fmt_size, handle_errors, out, print_json, progress_bar,
+                             settings, table)
+from farm.errors import EXIT_FAILED
+from farm.storage import open_folder, open_store
+
+app = typer.Typer(help="Inspect, verify and move stored reference data (.pt).", no_args_is_help=True)
+
+StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
+
+
+def _store(ctx: typer.Context, url: str | None):
+    s = settings(ctx, {"store": url})
+    return open_store(s.store, s)
+
+
+@app.command("ls")
+@handle_errors
+def ls(ctx: typer.Context, store: StoreOpt = None, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
+    """List the reference data with sizes and status (ok, failed, missing, unlisted)."""
+    target = _store(ctx, store)
+    rows = refcache.inventory(target, source)
+    if as_json:
+        print_json(rows)
+        return
+    total = sum(r["size_bytes"] or 0 for r in rows if r["status"] == "ok")
+    out.print(table(f"{target.url}: {len(rows)} ops, {fmt_size(total)}",
+                    ["source", "op", "status", "size", "sha256", "created", "device"],
+                    [[r["source"], r["op"], r["status"], fmt_size(r["size_bytes"]), (r["sha256"] or "-")[:12],
+                      r["created_at"] or "-", r["device"] or "-"] for r in rows]))
+
+
+@app.command("verify")
+@handle_errors
+def verify(ctx: typer.Context, store: StoreOpt = None, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
+    """Re-read every stored .pt and check its sha256; exit 1 if any object is corrupt or missing."""
+    target = _store(ctx, store)
+    with progress_bar(not as_json) as progress:
+        bar = progress.add_task("verifying", total=None)
+        rows = refcache.verify(target, source, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
+    _report(rows, f"verify {target.url}", as_json)
+
+
+@app.command("push")
+@handle_errors
+def push(
+    ctx: typer.Context,
+    from_dir: Annotated[str, typer.Option("--from", help="Local cache folder: <dir>/<source>/<op>.pt [+ manifest.json].")],
+    store: StoreOpt = None,
+    source: SourceOpt = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Copy a local reference folder into the store (replaces scp); the store's manifest is merged."""
+    _copy(open_folder(from_dir), _store(ctx, store), source, as_json)
+
+
+@app.command("pull")
+@handle_errors
+def pull(
+    ctx: typer.Context,
+    to_dir: Annotated[str, typer.Option("--to", help="Local folder to fill as <dir>/<source>/<op>.pt + manifest.json.")],
+    store: StoreOpt = None,
+    source: SourceOpt = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Copy the store's reference data into a local folder, verifying every object."""
+    _copy(_store(ctx, store), open_folder(to_dir), source, as_json)
+
+
+def _copy(src, dst, sources, as_json: bool) -> None:
+    with progress_bar(not as_json) as progress:
+        bar = progress.add_task(f"{src.url} -> {dst.url}", total=None)
+        rows = refcache.copy_refs(src, dst, sources, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
+    _report(rows, f"{src.url} -> {dst.url}", as_json)
+
+
+def _report(rows: list[dict], title: str, as_json: bool) -> None:
+    if as_json:
+        print_json(rows)
+    else:
+        out.print(table(f"{title}: {len(rows)} objects", ["source", "op", "status", "size", "error"],
+                        [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes")), r.get("error", "")]
+                         for r in rows]))
+    bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date")]
+    if bad:
+        err.print(f"[red]{len(bad)} of {len(rows)} objects failed[/]")
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,73 @@
+"""`farm reference`: generate reference data (.pt) for the selected tasks on the source device."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from farm import corpus
+from farm.backends import resolve_device
+from farm.cli.common import (JsonOption, OpsOpt, SourceOpt, err, fmt_size, handle_errors, out, print_json,
+                             progress_bar, settings, table)
+from farm.errors import EXIT_FAILED, FarmError
+from farm.reference import generate_references
+from farm.storage import open_folder, open_store
+
+
+@handle_errors
+def reference(
+    ctx: typer.Context,
+    source: SourceOpt = None,
+    ops: OpsOpt = None,
+    output_dir: Annotated[Optional[str], typer.Option(
+        "--output-dir", "-o", help="Write <dir>/<source>/<op>.pt and <dir>/manifest.json (the existing tools' layout).")] = None,
+    store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")] = None,
+    device: Annotated[str, typer.Option(help="Source device: N (CUDA index), cuda:N, cpu, npu:N, or auto.")] = "auto",
+    seed: Annotated[Optional[int], typer.Option(help="Seed [reference.seed].")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [reference.timeout_s].")] = None,
+    shapes: Annotated[str, typer.Option(help="bench, small, or auto (small on cpu, bench on an accelerator).")] = "auto",
+    force: Annotated[bool, typer.Option("--force", help="Regenerate ops whose stored .pt is current.")] = False,
+    as_json: bool = JsonOption,
+) -> None:
+    """Run each task's original Model and store its inputs and outputs; exit 1 if any op failed."""
+    if output_dir and store:
+        raise FarmError("give either --output-dir or --store, not both")
+    s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store})
+    target = open_folder(output_dir) if output_dir else open_store(s.store, s)
+    spec = resolve_device(device, default_target="cuda")
+    if shapes == "auto":
+        shapes = "small" if spec.backend.name == "cpu" else "bench"
+    if shapes not in corpus.SHAPE_SETS:
+        raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
+    refs = corpus.find_tasks(s, source, ops)
+    with progress_bar(not as_json) as progress:
+        bar = progress.add_task(f"reference on {spec.label}", total=len(refs))
+        results = generate_references(
+            refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
+            on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"))
+    if as_json:
+        print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
+    else:
+        out.print(_summary(results, target.url))
+    failed = [r for r in results if not r.get("success")]
+    if failed:
+        err.print(f"[red]{len(failed)} of {len(results)} ops failed[/]")
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _summary(results: list[dict], url: str):
+    rows = []
+    for r in results:
+        if r.get("skipped"):
+            status = "skipped (current)"
+        elif r.get("success"):
+            status = "ok"
+        else:
+            status = f"failed ({r.get('stage')})"
+        error = (r.get("error") or "").splitlines()[-1:] or [""]
+        rows.append([r["source"], r["op_name"], status, fmt_size(r.get("size_bytes")),
+                     f"{r['elapsed_s']:.2f}" if r.get("elapsed_s") is not None else "-", error[0]])
+    ok = sum(1 for r in results if r.get("success"))
+    return table(f"reference data -> {url}: {ok}/{len(results)} ok",
+                 ["source", "op", "result", "size", "seconds", "error"], rows)

@@ -1,0 +1,39 @@
+"""Storage: one interface (`Store`), two backends chosen by URL.
+
+    file:///path          FileStore (default ~/.farm/store)
+    s3://bucket/prefix    S3Store (boto3; any S3-compatible server)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from farm.config import Settings
+from farm.errors import FarmError
+from farm.storage.base import ObjectInfo, Store, validate_key
+from farm.storage.local import FileStore
+
+__all__ = ["ObjectInfo", "Store", "open_store", "open_folder", "validate_key"]
+
+
+def open_store(url: str, settings: Settings | None = None) -> Store:
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        path = (parsed.netloc + parsed.path) if parsed.netloc not in ("", "localhost") else parsed.path
+        return FileStore(Path(path).expanduser())
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise FarmError(f"store URL {url!r} names no bucket (s3://bucket/prefix)")
+        from farm.storage.s3 import S3Store  # boto3 is an optional dependency
+
+        return S3Store(parsed.netloc, parsed.path.strip("/"), (settings or Settings()).s3)
+    if parsed.scheme == "" and url:
+        return FileStore(Path(url).expanduser())
+    raise FarmError(f"unsupported store URL {url!r} (--store): use file:///path or s3://bucket/prefix")
+
+
+def open_folder(path: str | Path) -> Store:
+    """A plain reference-cache folder as the existing tool chain lays it out:
+    <dir>/<source>/<op>.pt and <dir>/manifest.json, seen as the store's refs/."""
+    return FileStore(Path(path).expanduser(), strip_prefix="refs/")

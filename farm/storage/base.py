@@ -1,0 +1,113 @@
+"""The storage interface every backend implements, and the rules they share.
+
+- Objects are written whole: a reader sees the old object or the new one, never a part.
+- Every object carries the sha256 of its bytes, and every read verifies it.
+- Keys are relative, '/'-separated, and cannot leave the store's prefix.
+- JSON documents that several writers update (the manifest) change only through
+  `update_json`, which merges under a compare-and-swap or a lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator
+
+from farm.errors import InvalidName
+
+CHUNK = 8 * 1024 * 1024  # bytes per read when streaming
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def validate_key(key: str) -> str:
+    """A key is segments of safe characters: no '..', no absolute path, no odd bytes."""
+    if not isinstance(key, str) or not key or key.startswith("/") or len(key) > 1024:
+        raise InvalidName(f"invalid storage key {key!r}")
+    for seg in key.split("/"):
+        if not _SEGMENT.match(seg) or seg in (".", "..") or ".." in seg:
+            raise InvalidName(f"invalid storage key {key!r}: segment {seg!r}")
+    return key
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_stream(stream: BinaryIO, sink: BinaryIO | None = None) -> tuple[str, int]:
+    """Hash a stream chunk by chunk, optionally copying it; memory stays at one chunk."""
+    h = hashlib.sha256()
+    size = 0
+    while chunk := stream.read(CHUNK):
+        h.update(chunk)
+        size += len(chunk)
+        if sink is not None:
+            sink.write(chunk)
+    return h.hexdigest(), size
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    sha256: str | None  # as recorded when written; None for objects written by others
+
+
+class Store(ABC):
+    url: str
+
+    @abstractmethod
+    def put_file(self, key: str, path: Path, sha256: str | None = None) -> ObjectInfo:
+        """Upload a local file whole, with its sha256 recorded (computed if not given)."""
+
+    @abstractmethod
+    def get_file(self, key: str, dest: Path) -> ObjectInfo:
+        """Download to `dest` (atomically) after verifying the sha256; raises IntegrityError
+        and leaves `dest` untouched if the bytes do not match."""
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and recorded sha256, or None if the object does not exist."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Objects under a key prefix (sha256 may be None where a listing cannot say)."""
+
+    @abstractmethod
+    def verify(self, key: str) -> str:
+        """Re-read the object, streaming, and check it; returns the sha256 or raises."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo: ...
+
+    @abstractmethod
+    def get_bytes(self, key: str) -> bytes:
+        """Small objects only (JSON documents); verified like every read."""
+
+    @abstractmethod
+    def update_json(self, key: str, mutate: Callable[[dict], dict]) -> dict:
+        """Read-modify-write a JSON document so that concurrent writers all land:
+        `mutate` gets the current document ({} if none) and returns the new one; it may be
+        called more than once when another writer got in first."""
+
+    def read_json(self, key: str) -> dict:
+        if self.head(key) is None:
+            return {}
+        return json.loads(self.get_bytes(key))
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
+
+
+def dump_json(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n").encode()

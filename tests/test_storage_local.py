@@ -1,0 +1,67 @@
+"""file:// store: whole writes, sha256 on read, safe keys, locked JSON merges."""
+
+import pytest
+
+from farm.errors import FarmError, IntegrityError, InvalidName, StorageError
+from farm.storage import open_folder, open_store
+from farm.storage.base import validate_key
+
+
+def test_round_trip_records_sha256(tmp_path):
+    store = open_store(f"file://{tmp_path / 's'}")
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x" * 100_000)
+    info = store.put_file("refs/a/b.pt", src)
+    assert store.head("refs/a/b.pt") == info and info.size == 100_000
+    store.get_file("refs/a/b.pt", tmp_path / "out.bin")
+    assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+    assert [i.key for i in store.list("refs/")] == ["refs/a/b.pt"]
+    assert store.verify("refs/a/b.pt") == info.sha256
+
+
+def test_corrupted_object_is_detected_and_never_written_out(tmp_path):
+    store = open_store(str(tmp_path / "s"))
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"abc" * 1000)
+    store.put_file("refs/a/b.pt", src)
+    (tmp_path / "s" / "refs" / "a" / "b.pt").write_bytes(b"abd" * 1000)
+    with pytest.raises(IntegrityError, match="refs/a/b.pt is corrupt"):
+        store.get_file("refs/a/b.pt", tmp_path / "out.bin")
+    assert not (tmp_path / "out.bin").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.bin")]  # no temp file left
+    with pytest.raises(IntegrityError):
+        store.verify("refs/a/b.pt")
+
+
+def test_missing_object_and_bad_url_are_clear_errors(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    with pytest.raises(StorageError, match="no object refs/x/y.pt"):
+        store.get_file("refs/x/y.pt", tmp_path / "o")
+    with pytest.raises(FarmError, match="unsupported store URL"):
+        open_store("ftp://host/x")
+
+
+@pytest.mark.parametrize("key", ["../x", "/abs/x", "refs/../../etc/passwd", "refs/a/../b", "refs//b", "refs/.hidden",
+                                 "refs/a b", "refs/\x00", ""])
+def test_keys_cannot_escape_the_prefix(tmp_path, key):
+    with pytest.raises(InvalidName):
+        validate_key(key)
+    with pytest.raises(InvalidName):
+        open_store(f"file://{tmp_path}").put_bytes(key, b"x")
+
+
+def test_folder_layout_maps_refs_prefix(tmp_path):
+    folder = open_folder(tmp_path / "cache")
+    folder.put_bytes("refs/sglang/op.pt", b"data")
+    folder.put_bytes("refs/manifest.json", b"{}")
+    assert (tmp_path / "cache" / "sglang" / "op.pt").read_bytes() == b"data"
+    assert (tmp_path / "cache" / "manifest.json").is_file()
+    with pytest.raises(StorageError):
+        folder.put_bytes("runs/x/run.json", b"{}")
+
+
+def test_update_json_merges(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    store.update_json("refs/manifest.json", lambda d: {**d, "a": 1})
+    store.update_json("refs/manifest.json", lambda d: {**d, "b": 2})
+    assert store.read_json("refs/manifest.json") == {"a": 1, "b": 2}
