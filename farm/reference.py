@@ -18,6 +18,7 @@ from farm import __version__, backends, corpus, manifest
 from farm.backends import DeviceSpec
 from farm.compare import as_output_list
 from farm.corpus import TaskRef
+from farm.errors import FarmError
 from farm.isolation import run_in_child
 from farm.opcheck import draw_init_inputs, draw_inputs
 from farm.storage import Store
@@ -112,9 +113,19 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
 
 def load_pt(path: str | Path) -> dict[str, Any]:
     """Every .pt is untrusted: tensors and plain values only, never arbitrary objects."""
+    import pickle
+
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FarmError(f"{path}: not a loadable reference .pt (weights_only): {first}") from None
+    missing = [k for k in PT_KEYS if k not in data] if isinstance(data, dict) else list(PT_KEYS)
+    if missing:
+        raise FarmError(f"{path}: reference .pt lacks key(s) {', '.join(missing)}")
+    return data
 
 
 def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store) -> bool:

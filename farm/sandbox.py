@@ -1,0 +1,223 @@
+"""The candidate runner: a child process that loads candidate kernels and runs them on one
+pinned device, serving many candidates until one kills it.
+
+Parent side: `Sandbox` starts the child as a fresh interpreter (not a fork: a fork would
+carry the parent's memory and /proc/self/environ, and with them the farm's secrets), with an
+allow-listed environment, its stdout/stderr in a size-limited log file, and a memory
+watchdog. Every command has a time limit; a timeout, a crash or an exceeded limit kills the
+child, the evaluation gets its verdict, and the next command starts a new child.
+
+Child side (`python -m farm.sandbox FD`): executes candidate source, runs forward on inputs
+the parent sends, and returns outputs. It never receives expected outputs. Replies are
+serialised with torch.save and read by the parent with weights_only=True: the child is
+untrusted and may only send tensors and plain values back.
+
+Threat model: candidates are generated code that may game the metric (cached outputs, side
+streams, PyTorch fallbacks, input mutation); the child is a separate process so it cannot
+touch the parent's memory, but it runs as the same user. Filesystem isolation (namespaces,
+seccomp) is left to the deployment: worker images run as an unprivileged user.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pickle
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from farm.backends import DeviceSpec
+from farm.isolation import trim
+
+log = logging.getLogger(__name__)
+
+# Variables a candidate child may see; everything else (AWS_*, FARM_*, API keys) is dropped.
+_ALLOWED_ENV = re.compile(
+    r"^(PATH|LANG|LC_[A-Z]+|TZ|PYTHONPATH|PYTHONHASHSEED|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PATH|"
+    r"CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|TRITON_[A-Z_]+|ASCEND_[A-Z_]+|ASCEND_HOME_PATH|TORCH_[A-Z_]+|"
+    r"OMP_NUM_THREADS|MKL_NUM_THREADS|CC|CXX)$"
+)
+_SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
+
+
+@dataclass
+class Limits:
+    """Per-candidate limits; seconds, megabytes."""
+
+    start_s: float = 120.0  # interpreter + torch import + device init
+    compile_s: float = 180.0  # load + first run (Triton JIT compiles here)
+    run_s: float = 60.0  # one later forward
+    time_s: float = 120.0  # the whole timing loop
+    total_s: float = 600.0  # everything for one candidate
+    host_memory_mb: int = 16384  # resident memory of the child
+    device_memory_fraction: float = 0.9  # of the pinned GPU
+    log_mb: int = 64  # stdout + stderr of the child
+
+
+class SandboxDied(Exception):
+    """The child timed out, crashed or broke a limit; it has been killed."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind  # "timeout" or "crash"
+
+
+def candidate_env(spec: DeviceSpec, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if _ALLOWED_ENV.match(k) and not _SECRET_NAME.search(k)}
+    env.update(spec.child_env())
+    # the Triton compile cache survives child restarts, under the real home unless set
+    env.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))
+    env["HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+class Sandbox:
+    """Parent-side handle of one candidate child on one device."""
+
+    def __init__(self, spec: DeviceSpec, limits: Limits | None = None):
+        self.spec = spec
+        self.limits = limits or Limits()
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.workdir = Path(tempfile.mkdtemp(prefix="farm-sandbox-"))
+        self.log_path = self.workdir / "child.log"
+        self.starts = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _preexec(self) -> None:
+        limit = self.limits.log_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+
+    def start(self) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        log_file = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "farm.sandbox", str(child_sock.fileno()), self.spec.label,
+                 str(self.limits.device_memory_fraction)],
+                pass_fds=(child_sock.fileno(),), env=candidate_env(self.spec, self.workdir), cwd=self.workdir,
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                preexec_fn=self._preexec, start_new_session=True,
+            )
+        finally:
+            child_sock.close()
+            log_file.close()
+        self.conn = Connection(os.dup(parent_sock.fileno()))
+        parent_sock.close()
+        self.starts += 1
+        reply = self._receive(self.limits.start_s, "start")
+        if not reply.get("ok"):
+            self.kill()
+            raise SandboxDied("crash", f"candidate runner failed to start: {reply.get('error')}")
+        self.device_info = reply.get("device", {})
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait(timeout=10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.conn.send_bytes(pickle.dumps({"cmd": "exit"}))
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return trim(data[-n:].decode(errors="replace"), n)
+
+    # ------------------------------------------------------------ commands
+
+    def call(self, cmd: str, timeout_s: float, **args: Any) -> dict:
+        if not self.alive:
+            self.start()
+        self.conn.send_bytes(pickle.dumps({"cmd": cmd, **args}, protocol=pickle.HIGHEST_PROTOCOL))
+        return self._receive(timeout_s, cmd)
+
+    def _receive(self, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.conn.poll(0.05):
+                try:
+                    data = self.conn.recv_bytes()
+                except (EOFError, OSError):
+                    raise self._died(what) from None
+                return _decode(data)
+            if not self.alive:
+                raise self._died(what)
+            rss = _rss_mb(self.proc.pid)
+            if rss > self.limits.host_memory_mb:
+                self.kill()
+                raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "
+                                           f"{self.limits.host_memory_mb} MB) during {what}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise SandboxDied("timeout", f"no answer to {what} within {timeout_s:.0f} s")
+
+    def _died(self, what: str) -> SandboxDied:
+        code = self.proc.wait(timeout=10) if self.proc else None
+        self.kill()
+        if code is not None and code < 0:
+            sig = -code
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            why = f"killed by {name}"
+            if sig == signal.SIGXFSZ:
+                why += f" (printed more than {self.limits.log_mb} MB)"
+        else:
+            why = f"exited with code {code}"
+        return SandboxDied("crash", f"candidate runner {why} during {what}\n{self.log_tail(1500)}")
+
+
+def _decode(data: bytes) -> dict:
+    """Replies come from untrusted code: tensors and plain values only."""
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+if __name__ == "__main__":
+    from farm.sandbox_child import main
+
+    main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))

@@ -1,0 +1,278 @@
+"""Inside the candidate runner (started by farm.sandbox.Sandbox): load, run, time.
+
+Everything here runs next to untrusted candidate code. What the harness needs is bound to
+local names before any candidate is executed, so that a candidate rebinding module
+attributes does not change what the harness calls.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import itertools
+import pickle
+import sys
+import threading
+import traceback
+import types
+from typing import Any
+
+import torch
+
+from farm import backends, timing
+from farm.compare import as_output_list
+from farm.isolation import trim
+from farm.tensors import clone_values, to_cpu, to_device
+
+_counter = itertools.count()
+_torch_save = torch.save
+_equal = torch.equal
+
+
+class LaunchLog:
+    """Triton launches observed at run time: how many, which kernels, from where."""
+
+    def __init__(self, spec: backends.DeviceSpec):
+        self.spec = spec
+        self.main_thread = threading.get_ident()
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.names: set[str] = set()
+        self.side_stream = False
+        self.foreign_thread = False
+
+    def record(self, kernel: Any) -> None:
+        self.count += 1
+        fn = getattr(kernel, "fn", kernel)
+        self.names.add(getattr(fn, "__name__", type(kernel).__name__))
+        if threading.get_ident() != self.main_thread:
+            self.foreign_thread = True
+        if self.spec.backend.name == "cuda" and torch.cuda.current_stream() != torch.cuda.default_stream():
+            self.side_stream = True
+
+    def summary(self) -> dict:
+        return {"launches": self.count, "kernels": sorted(self.names), "side_stream": self.side_stream,
+                "foreign_thread": self.foreign_thread}
+
+
+def install_launch_hook(log: LaunchLog) -> None:
+    """Wrap every Triton entry point that launches a kernel (compiled and interpreted)."""
+    from triton.runtime.jit import JITFunction
+
+    classes = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    for cls in classes:
+        original = cls.run
+
+        def run(self, *args, _original=original, **kwargs):
+            if not kwargs.get("warmup", False):
+                log.record(self)
+            return _original(self, *args, **kwargs)
+
+        cls.run = run
+
+
+def device_info(spec: backends.DeviceSpec) -> dict:
+    info: dict[str, Any] = {"target": spec.backend.name, "label": spec.label, "name": backends.device_name(spec)}
+    if spec.backend.name == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(sm_count=props.multi_processor_count, memory_bytes=props.total_memory,
+                    capability=f"{props.major}.{props.minor}")
+    elif spec.backend.name == "ascend":
+        # triton-ascend reports cores through its driver (no SM count on NPUs). Unrun on hardware.
+        import triton
+
+        props = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())
+        info.update(num_aicore=props.get("num_aicore"), num_vectorcore=props.get("num_vectorcore"))
+    else:
+        import os
+
+        info.update(cores=os.cpu_count())
+    return info
+
+
+class Runner:
+    def __init__(self, spec: backends.DeviceSpec):
+        self.spec = spec
+        self.device = spec.torch_device
+        self.launches = LaunchLog(spec)
+        self.model = None
+        self.module: types.ModuleType | None = None
+        self.baseline_threads = threading.active_count()
+        self.timer = timing.DeviceTimer(spec)
+
+    # ------------------------------------------------------------ loading
+
+    def load_source(self, source: str, init_inputs: list, name: str = "candidate") -> dict:
+        self.unload()
+        mod_name = f"farm_candidate_{next(_counter)}"
+        module = types.ModuleType(mod_name)
+        module.__file__ = f"<{name}>"
+        sys.modules[mod_name] = module
+        try:
+            exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+        except BaseException:  # noqa: BLE001 - the candidate's failure is its verdict
+            return {"ok": False, "kind": "compile_error", "error": trim(traceback.format_exc())}
+        finally:
+            sys.modules.pop(mod_name, None)
+        cls = module.__dict__.get("ModelNew")
+        if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+            return {"ok": False, "kind": "compile_error", "error": "the candidate defines no class ModelNew(nn.Module)"}
+        self.module = module
+        return self._instantiate(cls, init_inputs)
+
+    def load_task(self, path: str, source: str, shapes: str, which: str, init_inputs: list) -> dict:
+        from pathlib import Path
+
+        from farm import corpus
+
+        self.unload()
+        task = corpus.load_task(corpus.TaskRef(source, Path(path).stem, Path(path)), shapes)
+        cls = task.model_cls if which == "Model" else task.truth_cls
+        return self._instantiate(cls, init_inputs)
+
+    def _instantiate(self, cls: type, init_inputs: list) -> dict:
+        try:
+            torch.manual_seed(0)
+            self.model = cls(*init_inputs).to(self.device).eval()
+        except BaseException:  # noqa: BLE001
+            return {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
+        return {"ok": True}
+
+    def unload(self) -> None:
+        self.model = None
+        self.module = None
+        gc.collect()
+        if self.spec.backend.name == "cuda":
+            torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------ running
+
+    def _poison(self, inputs: list) -> None:
+        """Fill memory the allocator will hand out next with NaN bytes, so an output that is
+        never written cannot hold a stale answer."""
+        nbytes = sum(v.numel() * v.element_size() for v in inputs if isinstance(v, torch.Tensor))
+        junk = torch.full((max(nbytes * 2, 1 << 20),), 0xFF, dtype=torch.uint8, device=self.device)
+        del junk
+
+    def run(self, inputs: list, inplace_args: tuple = (), poison: bool = True) -> dict:
+        if self.model is None:
+            return {"ok": False, "kind": "runtime_error", "error": "no model loaded"}
+        dev_inputs = to_device(clone_values(inputs), self.device)
+        pristine = clone_values(dev_inputs)
+        if poison:
+            self._poison(dev_inputs)
+        self.launches.reset()
+        try:
+            with torch.no_grad():
+                out = self.model(*dev_inputs)
+            self.timer.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
+        outputs = as_output_list(out)
+        odd = _odd_output(outputs)
+        if odd:
+            return {"ok": False, "kind": "cheat", "error": odd}
+        mutated = [i for i, (a, b) in enumerate(zip(dev_inputs, pristine))
+                   if isinstance(a, torch.Tensor) and i not in inplace_args and not _same_bits(a, b)]
+        return {"ok": True, "outputs": to_cpu(outputs), "mutated_inputs": mutated,
+                "threads_alive": threading.active_count() - self.baseline_threads, **self.launches.summary()}
+
+    def time(self, inputs: list, options: dict) -> dict:
+        dev_inputs = to_device(clone_values(inputs), self.device)
+        model = self.model
+
+        def call():
+            with torch.no_grad():
+                model(*dev_inputs)
+
+        self.launches.reset()
+        try:
+            stats = timing.measure(call, self.timer, **options)
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
+        return {"ok": True, "stats": stats.as_dict(), **self.launches.summary()}
+
+
+def _odd_output(outputs: list) -> str:
+    """Outputs must be plain tensors or plain values: a tensor subclass can defer or fake its
+    work until the harness reads it."""
+    for i, v in enumerate(outputs):
+        if isinstance(v, torch.Tensor):
+            if type(v) is not torch.Tensor:
+                return f"output {i} is a {type(v).__name__}, not a plain torch.Tensor"
+        elif isinstance(v, (list, tuple)):
+            nested = _odd_output(list(v))
+            if nested:
+                return f"output {i}: {nested}"
+        elif v is not None and type(v) not in (int, float, bool, str):
+            return f"output {i} is a {type(v).__name__}; outputs must be tensors or plain values"
+    return ""
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        both_nan = torch.isnan(a) & torch.isnan(b)
+        return bool(((a == b) | both_nan).all())
+    return _equal(a, b)
+
+
+def _kind(exc: BaseException) -> str:
+    try:
+        from triton.compiler.errors import CompilationError
+
+        if isinstance(exc, CompilationError):
+            return "compile_error"
+    except ImportError:
+        pass
+    return "runtime_error"
+
+
+def _reply(conn, payload: dict) -> None:
+    buf = io.BytesIO()
+    _torch_save(payload, buf)
+    conn.send_bytes(buf.getvalue())
+
+
+def main(fd: int, device_label: str, memory_fraction: float) -> None:
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    try:
+        spec = backends.resolve_device(device_label)
+        backends.import_device_runtime(spec)
+        if spec.backend.name == "cuda":
+            torch.cuda.set_per_process_memory_fraction(memory_fraction, 0)
+        runner = Runner(spec)
+        install_launch_hook(runner.launches)
+        _reply(conn, {"ok": True, "device": device_info(spec)})
+    except BaseException:  # noqa: BLE001
+        _reply(conn, {"ok": False, "error": trim(traceback.format_exc())})
+        return
+    handlers = {
+        "load_source": lambda m: runner.load_source(m["source"], m["init_inputs"], m.get("name", "candidate")),
+        "load_task": lambda m: runner.load_task(m["path"], m["source"], m["shapes"], m["which"], m["init_inputs"]),
+        "run": lambda m: runner.run(m["inputs"], tuple(m.get("inplace_args", ())), m.get("poison", True)),
+        "time": lambda m: runner.time(m["inputs"], m.get("options", {})),
+        "unload": lambda m: (runner.unload(), {"ok": True})[1],
+    }
+    while True:
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if msg["cmd"] == "exit":
+            return
+        try:
+            _reply(conn, handlers[msg["cmd"]](msg))
+        except BaseException:  # noqa: BLE001 - e.g. outputs that cannot be serialised
+            _reply(conn, {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())})

@@ -1,0 +1,169 @@
+"""Timing: how long does a callable take on a device? Knows nothing of correctness.
+
+One recipe for every target, after Triton's do_bench and the public evaluation farms:
+
+1. one call to warm up (compilation, autotuning, allocator), then calls for a warm-up
+   budget in milliseconds;
+2. before every repetition, overwrite a flush buffer larger than the device's cache
+   (256 MB on CUDA, 192 MB on Ascend) so no repetition reads warm cache;
+3. a fresh pair of device events around each call, a full device synchronisation after;
+4. stop when the relative standard error of the mean falls under a target (after a minimum
+   number of repetitions), when the time budget is spent, or at a maximum count;
+5. report the median (the figure we rank by), min, mean, standard deviation, relative
+   standard error and the number of repetitions, all in milliseconds.
+
+Host time of each repetition is recorded next to the event time: work that the events did
+not see (a side stream, a thread) shows up as host time far above device time.
+
+On cpu the events are host clocks: Triton runs in the interpreter and the numbers only
+order candidates roughly; they are not kernel timings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from farm.backends import DeviceSpec
+
+DEFAULT_WARMUP_MS = 25.0
+DEFAULT_BUDGET_MS = 400.0
+DEFAULT_MIN_REPS = 10
+DEFAULT_MAX_REPS = 1000
+DEFAULT_RSE_TARGET = 0.005  # stop at 0.5% relative standard error of the mean
+
+
+@dataclass
+class TimingStats:
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    std_ms: float
+    rse: float  # relative standard error of the mean
+    reps: int
+    host_median_ms: float  # wall clock around call + device sync, per repetition
+    method: str
+    stop_reason: str
+    samples_ms: list[float] = field(default_factory=list, repr=False)
+
+    def as_dict(self, samples: bool = False) -> dict:
+        d = asdict(self)
+        if not samples:
+            d.pop("samples_ms")
+        return d
+
+
+class _HostClock:
+    """Event-like clock for devices without events (cpu)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other: "_HostClock") -> float:
+        return (other.t - self.t) * 1e3
+
+
+class DeviceTimer:
+    """Events, synchronisation and cache flushing for one pinned device."""
+
+    def __init__(self, spec: DeviceSpec):
+        import torch
+
+        self.spec = spec
+        self.kind = spec.backend.name
+        self._torch = torch
+        self.flush_buf = None
+        if spec.backend.flush_bytes:
+            # int8 so that zero_() writes every byte of the buffer
+            self.flush_buf = torch.empty(spec.backend.flush_bytes, dtype=torch.int8, device=spec.torch_device)
+
+    @property
+    def method(self) -> str:
+        return {"cuda": "cuda_event", "ascend": "npu_event"}.get(self.kind, "host_clock")
+
+    def event(self):
+        if self.kind == "cuda":
+            return self._torch.cuda.Event(enable_timing=True)
+        if self.kind == "ascend":
+            return self._torch.npu.Event(enable_timing=True)
+        return _HostClock()
+
+    def synchronize(self) -> None:
+        if self.kind == "cuda":
+            self._torch.cuda.synchronize()
+        elif self.kind == "ascend":
+            self._torch.npu.synchronize()
+
+    def flush(self) -> None:
+        if self.flush_buf is not None:
+            self.flush_buf.zero_()
+
+    def once(self, fn: Callable[[], object]) -> tuple[float, float]:
+        """(device ms, host ms) of one flushed, synchronised call."""
+        self.flush()
+        self.synchronize()
+        start, end = self.event(), self.event()
+        host0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        self.synchronize()
+        host = (time.perf_counter() - host0) * 1e3
+        return start.elapsed_time(end), host
+
+
+def rse_of(samples: list[float]) -> float:
+    if len(samples) < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / math.sqrt(len(samples)) / mean if mean > 0 else math.inf
+
+
+def measure(
+    fn: Callable[[], object],
+    timer: DeviceTimer,
+    *,
+    warmup_ms: float = DEFAULT_WARMUP_MS,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+    min_reps: int = DEFAULT_MIN_REPS,
+    max_reps: int = DEFAULT_MAX_REPS,
+    rse_target: float = DEFAULT_RSE_TARGET,
+) -> TimingStats:
+    fn()
+    timer.synchronize()
+    warm_end = time.perf_counter() + warmup_ms / 1e3
+    while time.perf_counter() < warm_end:
+        timer.once(fn)
+    samples: list[float] = []
+    hosts: list[float] = []
+    deadline = time.perf_counter() + budget_ms / 1e3
+    stop = "max_reps"
+    while len(samples) < max_reps:
+        dev, host = timer.once(fn)
+        samples.append(dev)
+        hosts.append(host)
+        if len(samples) >= min_reps:
+            if rse_of(samples) <= rse_target:
+                stop = "rse_target"
+                break
+            if time.perf_counter() > deadline:
+                stop = "time_budget"
+                break
+    return TimingStats(
+        median_ms=statistics.median(samples),
+        min_ms=min(samples),
+        mean_ms=statistics.fmean(samples),
+        std_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
+        rse=rse_of(samples),
+        reps=len(samples),
+        host_median_ms=statistics.median(hosts),
+        method=timer.method,
+        stop_reason=stop,
+        samples_ms=samples,
+    )
