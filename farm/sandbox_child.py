@@ -8,6 +8,7 @@ attributes does not change what the harness calls.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import io
 import itertools
 import pickle
@@ -15,6 +16,7 @@ import sys
 import threading
 import traceback
 import types
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -111,13 +113,17 @@ class Runner:
     # ------------------------------------------------------------ loading
 
     def load_source(self, source: str, init_inputs: list, name: str = "candidate") -> dict:
+        """Execute the candidate from a file of its own: Triton reads kernel source from files."""
         self.unload()
-        mod_name = f"farm_candidate_{next(_counter)}"
-        module = types.ModuleType(mod_name)
-        module.__file__ = f"<{name}>"
+        n = next(_counter)
+        mod_name = f"farm_candidate_{n}"
+        path = Path.cwd() / f"candidate_{n}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         try:
-            exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+            spec.loader.exec_module(module)
         except BaseException:  # noqa: BLE001 - the candidate's failure is its verdict
             return {"ok": False, "kind": "compile_error", "error": trim(traceback.format_exc())}
         finally:
@@ -129,8 +135,6 @@ class Runner:
         return self._instantiate(cls, init_inputs)
 
     def load_task(self, path: str, source: str, shapes: str, which: str, init_inputs: list) -> dict:
-        from pathlib import Path
-
         from farm import corpus
 
         self.unload()

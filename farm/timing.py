@@ -6,14 +6,16 @@ One recipe for every target, after Triton's do_bench and the public evaluation f
    budget in milliseconds;
 2. before every repetition, overwrite a flush buffer larger than the device's cache
    (256 MB on CUDA, 192 MB on Ascend) so no repetition reads warm cache;
-3. a fresh pair of device events around each call, a full device synchronisation after;
+3. a fresh pair of device events around each call, enqueued behind the flush in batches
+   with one full synchronisation per batch, so host launch latency is not measured;
 4. stop when the relative standard error of the mean falls under a target (after a minimum
    number of repetitions), when the time budget is spent, or at a maximum count;
 5. report the median (the figure we rank by), min, mean, standard deviation, relative
    standard error and the number of repetitions, all in milliseconds.
 
-Host time of each repetition is recorded next to the event time: work that the events did
-not see (a side stream, a thread) shows up as host time far above device time.
+Three calls from an idle device are also timed by the host clock, around the call and a
+full synchronisation: work that the events did not see (a side stream, a thread) shows up as
+host time far above device time.
 
 On cpu the events are host clocks: Triton runs in the interpreter and the numbers only
 order candidates roughly; they are not kernel timings.
@@ -34,6 +36,7 @@ DEFAULT_BUDGET_MS = 400.0
 DEFAULT_MIN_REPS = 10
 DEFAULT_MAX_REPS = 1000
 DEFAULT_RSE_TARGET = 0.005  # stop at 0.5% relative standard error of the mean
+DEFAULT_BATCH = 10  # repetitions enqueued between two synchronisations
 
 
 @dataclass
@@ -44,7 +47,7 @@ class TimingStats:
     std_ms: float
     rse: float  # relative standard error of the mean
     reps: int
-    host_median_ms: float  # wall clock around call + device sync, per repetition
+    host_median_ms: float  # wall clock around one call + full device sync, from an idle device
     method: str
     stop_reason: str
     samples_ms: list[float] = field(default_factory=list, repr=False)
@@ -104,9 +107,27 @@ class DeviceTimer:
         if self.flush_buf is not None:
             self.flush_buf.zero_()
 
-    def once(self, fn: Callable[[], object]) -> tuple[float, float]:
-        """(device ms, host ms) of one flushed, synchronised call."""
-        self.flush()
+    def batch(self, fn: Callable[[], object], n: int) -> list[float]:
+        """Device ms of n flushed calls, enqueued back to back and synchronised once.
+
+        As in triton's do_bench, nothing waits between the flush and the start event: the host
+        runs ahead of the device, so the host's launch latency stays outside every measured
+        interval, and the events see only the call.
+        """
+        pairs = []
+        for _ in range(n):
+            self.flush()
+            start, end = self.event(), self.event()
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        self.synchronize()
+        return [s.elapsed_time(e) for s, e in pairs]
+
+    def host_check(self, fn: Callable[[], object]) -> tuple[float, float]:
+        """(device ms, host ms) of one call from an idle device: the host time covers the call
+        and a full synchronisation, so work the events did not see shows up here."""
         self.synchronize()
         start, end = self.event(), self.event()
         host0 = time.perf_counter()
@@ -114,8 +135,7 @@ class DeviceTimer:
         fn()
         end.record()
         self.synchronize()
-        host = (time.perf_counter() - host0) * 1e3
-        return start.elapsed_time(end), host
+        return start.elapsed_time(end), (time.perf_counter() - host0) * 1e3
 
 
 def rse_of(samples: list[float]) -> float:
@@ -134,20 +154,20 @@ def measure(
     min_reps: int = DEFAULT_MIN_REPS,
     max_reps: int = DEFAULT_MAX_REPS,
     rse_target: float = DEFAULT_RSE_TARGET,
+    batch: int = DEFAULT_BATCH,
 ) -> TimingStats:
     fn()
     timer.synchronize()
     warm_end = time.perf_counter() + warmup_ms / 1e3
     while time.perf_counter() < warm_end:
-        timer.once(fn)
+        timer.batch(fn, 1)
+    checks = [timer.host_check(fn) for _ in range(3)]
     samples: list[float] = []
-    hosts: list[float] = []
     deadline = time.perf_counter() + budget_ms / 1e3
     stop = "max_reps"
     while len(samples) < max_reps:
-        dev, host = timer.once(fn)
-        samples.append(dev)
-        hosts.append(host)
+        n = min(max(batch, min_reps - len(samples)), max_reps - len(samples))
+        samples.extend(timer.batch(fn, n))
         if len(samples) >= min_reps:
             if rse_of(samples) <= rse_target:
                 stop = "rse_target"
@@ -162,7 +182,7 @@ def measure(
         std_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
         rse=rse_of(samples),
         reps=len(samples),
-        host_median_ms=statistics.median(hosts),
+        host_median_ms=statistics.median(h for _, h in checks),
         method=timer.method,
         stop_reason=stop,
         samples_ms=samples,
