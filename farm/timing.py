@@ -187,3 +187,52 @@ def measure(
         stop_reason=stop,
         samples_ms=samples,
     )
+
+
+# ---------------------------------------------------------------- Ascend: profiler device time
+#
+# Written from the torch_npu / triton-ascend documentation; NOT run on an NPU yet. Event timing
+# on Ascend includes a large host launch cost (~24 us per launch per triton-ascend#1675), so
+# the profiler's per-kernel device time is offered as an option: torch_npu.profiler writes
+# ASCEND_PROFILER_OUTPUT/op_statistic.csv, whose times are MICROSECONDS ("Total Time(us)").
+
+FLUSH_KERNEL_MARKERS = ("ZerosLike", "Zero", "Fill", "farm_flush")
+
+
+def parse_op_statistic(csv_text: str, active: int, exclude: tuple[str, ...] = FLUSH_KERNEL_MARKERS) -> float:
+    """Milliseconds of device time per call from op_statistic.csv: the ops that ran a multiple
+    of `active` times (once or more per call), minus the cache flush, divided by `active`."""
+    import csv
+    import io
+
+    total_us = 0.0
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        name = row.get("OP Type") or row.get("Op Name") or ""
+        count = int(float(row.get("Count", "0") or 0))
+        if count == 0 or count % active or any(m.lower() in name.lower() for m in exclude):
+            continue
+        total_us += float(row["Total Time(us)"])
+    return total_us / active / 1000.0  # us -> ms
+
+
+def npu_profiler_ms(fn: Callable[[], object], timer: DeviceTimer, active: int = 50) -> float:
+    """Device time per call from torch_npu's profiler (untested on hardware: no NPU here)."""
+    import glob
+    import tempfile
+
+    import torch_npu
+
+    prof_dir = tempfile.mkdtemp(prefix="farm-npu-prof-")
+    schedule = torch_npu.profiler.schedule(wait=0, warmup=1, active=active, repeat=1)
+    with torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.NPU], schedule=schedule,
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(prof_dir)) as prof:
+        for _ in range(active + 1):
+            timer.flush()
+            fn()
+            prof.step()
+    timer.synchronize()
+    files = glob.glob(f"{prof_dir}/**/op_statistic.csv", recursive=True)
+    if not files:
+        raise RuntimeError(f"torch_npu profiler wrote no op_statistic.csv under {prof_dir}")
+    with open(files[0]) as f:
+        return parse_op_statistic(f.read(), active)

@@ -12,7 +12,7 @@ from farm import corpus, manifest
 from farm.backends import resolve_device
 from farm.cli.common import JsonOption, err, fmt_num, handle_errors, out, print_json, settings, table
 from farm.errors import EXIT_FAILED, FarmError
-from farm.evaluator import Evaluator, describe_timing
+from farm.evaluator import EvalSettings, Evaluator, describe_timing
 from farm.reference import load_pt
 from farm.storage import open_store
 
@@ -28,6 +28,9 @@ def eval_candidate(
     store: Annotated[Optional[str], typer.Option(help="Store holding refs/<source>/<op>.pt [store].")] = None,
     target: Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")] = "auto",
     device: Annotated[Optional[int], typer.Option(help="Device index on the target.")] = None,
+    timing_method: Annotated[str, typer.Option(
+        "--timing", help="events (device events, every target) or npu-profiler (Ascend: device time from "
+                         "torch_npu's profiler, read in microseconds and reported in ms).")] = "events",
     as_json: bool = JsonOption,
 ) -> None:
     """Verify and time a candidate in an isolated child process; exit 0 only on a pass."""
@@ -37,7 +40,14 @@ def eval_candidate(
         raise FarmError(f"candidate file {candidate} (--candidate) does not exist")
     spec = resolve_device(target if device is None else f"{target}:{device}", default_target="cuda")
     data = _reference_data(s, ref, ref_pt)
-    with Evaluator(ref, data, spec) as ev:
+    settings_ = EvalSettings.for_device(spec)
+    if timing_method not in ("events", "npu-profiler"):
+        raise FarmError(f"unknown timing method '{timing_method}' (--timing): use events or npu-profiler")
+    if timing_method == "npu-profiler":
+        if spec.backend.name != "ascend":
+            raise FarmError("--timing npu-profiler needs --target ascend")
+        settings_.timing["method"] = "npu_profiler"
+    with Evaluator(ref, data, spec, settings_) as ev:
         result = ev.evaluate(candidate.read_text(errors="replace"), name=candidate.name)
     if as_json:
         print_json({"candidate": str(candidate), "task": ref.key, **result.as_dict()})

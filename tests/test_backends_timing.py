@@ -1,0 +1,68 @@
+"""Targets and timing: what can be checked without an accelerator (Ascend included)."""
+
+import pytest
+
+from farm import timing
+from farm.backends import BACKENDS, resolve_device
+from farm.errors import FarmError
+
+
+@pytest.mark.parametrize("text, label, torch_dev, env", [
+    ("cpu", "cpu", "cpu", {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}),
+    ("cuda:3", "cuda:3", "cuda:0", {"CUDA_VISIBLE_DEVICES": "3"}),
+    ("npu:2", "ascend:2", "npu:0", {"ASCEND_RT_VISIBLE_DEVICES": "2"}),
+    ("ascend", "ascend:0", "npu:0", {"ASCEND_RT_VISIBLE_DEVICES": "0"}),
+    ("5", "cuda:5", "cuda:0", {"CUDA_VISIBLE_DEVICES": "5"}),
+])
+def test_device_resolution_pins_one_device_per_process(text, label, torch_dev, env):
+    spec = resolve_device(text, default_target="cuda")
+    assert spec.label == label and spec.torch_device == torch_dev
+    assert spec.child_env() == env
+
+
+def test_auto_without_accelerator_is_cpu_and_bad_names_are_errors(monkeypatch):
+    monkeypatch.setattr("farm.backends.accelerator_present", lambda: None)
+    assert resolve_device("auto").backend.name == "cpu"
+    with pytest.raises(FarmError, match="unknown device 'tpu:0'"):
+        resolve_device("tpu:0")
+    with pytest.raises(FarmError, match="must be a number"):
+        resolve_device("cuda:x")
+
+
+def test_flush_sizes_follow_the_design():
+    assert BACKENDS["cuda"].flush_bytes == 256 * 1024**2
+    assert BACKENDS["ascend"].flush_bytes == 192 * 1024**2
+    assert BACKENDS["ascend"].torch_device == "npu"
+
+
+def test_measure_on_cpu_reports_statistics_and_stops_on_rse():
+    import time
+
+    timer = timing.DeviceTimer(resolve_device("cpu"))
+    stats = timing.measure(lambda: time.sleep(0.002), timer, warmup_ms=5, budget_ms=2000, min_reps=5, rse_target=0.05)
+    assert 1.5 < stats.median_ms < 20 and stats.min_ms <= stats.median_ms
+    assert stats.reps >= 5 and stats.stop_reason in ("rse_target", "time_budget")
+    assert stats.method == "host_clock" and stats.host_median_ms >= stats.min_ms * 0.5
+
+
+def test_measure_stops_on_budget_for_noisy_calls():
+    import itertools
+    import time
+
+    delays = itertools.cycle([0.0, 0.004])
+    timer = timing.DeviceTimer(resolve_device("cpu"))
+    stats = timing.measure(lambda: time.sleep(next(delays)), timer, warmup_ms=0, budget_ms=50, min_reps=4,
+                           rse_target=1e-6)
+    assert stats.stop_reason == "time_budget" and stats.std_ms > 0
+
+
+def test_npu_profiler_csv_is_read_in_microseconds():
+    csv_text = (
+        "Device_id,OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),Max Time(us),Ratio(%)\n"
+        "0,farm_flush_kernel,AI_VECTOR_CORE,50,4000.0,80,80,80,40\n"
+        "0,_row_sum_kernel,AI_VECTOR_CORE,50,1000.0,20,20,20,10\n"
+        "0,_helper_kernel,AI_VECTOR_CORE,100,500.0,5,5,5,5\n"
+        "0,warmup_only,AI_VECTOR_CORE,1,9999.0,9999,9999,9999,45\n"
+    )
+    # (1000 + 500) us over 50 calls = 30 us = 0.03 ms; the flush and the one-off op are left out
+    assert timing.parse_op_statistic(csv_text, active=50) == pytest.approx(0.03)
