@@ -1,0 +1,43 @@
+"""Candidate generators: plug-ins with one interface (farm.generators.base.Generator).
+
+Built in: tune (knobs of any Triton source), port (CUDA Triton -> triton-ascend rewrite
+passes), inductor (Triton from torch.compile of Reference), llm (any OpenAI-compatible
+endpoint). Others register under the entry-point group `farm.generators`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from farm.errors import FarmError
+from farm.generators.base import Candidate, Context, Generator, Proposal
+
+BUILTIN = {
+    "tune": "farm.generators.tune:TuneGenerator",
+    "port": "farm.generators.port:PortGenerator",
+    "inductor": "farm.generators.inductor:InductorGenerator",
+    "llm": "farm.generators.llm:LLMGenerator",
+}
+OFFLINE_DEFAULT = ("tune", "port")
+
+__all__ = ["Candidate", "Context", "Generator", "Proposal", "load_generator", "available"]
+
+
+def available() -> dict[str, str]:
+    found = dict(BUILTIN)
+    for ep in entry_points(group="farm.generators"):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def load_generator(name: str, **options) -> Generator:
+    spec = available().get(name)
+    if spec is None:
+        raise FarmError(f"unknown generator '{name}' (--generators); available: {', '.join(sorted(available()))}")
+    module_name, _, attr = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise FarmError(f"generator '{name}' cannot be loaded from {spec}: {exc}") from exc
+    return cls(**options)

@@ -1,0 +1,73 @@
+"""The generator interface.
+
+A generator turns what the search knows (the task, the target's rules, a parent candidate,
+inspirations from other lineages, recent errors) into proposals: full candidate sources
+defining `class ModelNew`. Generators never evaluate; the evaluator judges every proposal.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Proposal:
+    source: str  # a complete module defining class ModelNew(nn.Module)
+    generator: str  # name of the generator that made it
+    note: str = ""  # what changed, in a few words ("BLOCK 128->256")
+
+
+@dataclass
+class Candidate:
+    """What generators may read of an evaluated candidate."""
+
+    id: str
+    source: str
+    generator: str
+    verdict: str
+    time_ms: float | None = None
+    speedup: float | None = None
+    error: str = ""
+    lineage: int = 0
+    generation: int = 0
+    note: str = ""
+
+
+@dataclass
+class Context:
+    task_source: str  # the task file's text (Model, Reference, get_inputs, ...)
+    op: str
+    source: str  # corpus source name (sglang, vllm_triton, ...)
+    target: str  # cuda, ascend, cpu
+    device: dict[str, Any] = field(default_factory=dict)  # sm_count / num_vectorcore / cores
+    rng: random.Random = field(default_factory=random.Random)
+    recent_errors: list[str] = field(default_factory=list)
+
+    @property
+    def task_doc(self) -> str:
+        match = re.match(r'\s*(?:"""|\'\'\')(.*?)(?:"""|\'\'\')', self.task_source, re.S)
+        return match.group(1).strip() if match else ""
+
+
+class Generator(ABC):
+    name: str = "generator"
+
+    def seeds(self, ctx: Context) -> list[Proposal]:
+        """Initial candidates (generation 0); each seed starts a lineage. Default: none."""
+        return []
+
+    @abstractmethod
+    def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
+        """Up to n new candidates derived from parent (and inspirations)."""
+
+
+_MODEL_NAME = re.compile(r"\bModel\b")
+
+
+def model_as_candidate(task_source: str) -> str:
+    """The task's own Model as a candidate: the class renamed ModelNew, the rest unchanged."""
+    return _MODEL_NAME.sub("ModelNew", task_source)

@@ -1,0 +1,232 @@
+"""tune: find the tunable knobs of any Triton source and move them within valid values.
+
+Knobs are found in the source, not declared: launch keyword arguments that feed a kernel's
+`tl.constexpr` parameters (literals, or names bound to a literal in the same function or at
+module level), `num_warps` / `num_stages` at launches, and the entries of `triton.Config`
+lists. Only power-of-two block sizes are moved (tl.arange needs them); a value computed from
+the input (`triton.next_power_of_2(n)`) is left alone, since replacing it could break
+correctness for other shapes. Edits replace exact source spans, so everything else in the
+file stays as written.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass
+
+from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
+
+WARPS = (1, 2, 4, 8, 16)
+STAGES = (1, 2, 3, 4, 5)
+# Largest block per target: CUDA registers/shared memory; the Ascend unified buffer (96 KB
+# live, ~3 fp32 tensors); the CPU interpreter, where big blocks are merely slow.
+MAX_BLOCK = {"cuda": 16384, "ascend": 8192, "cpu": 4096}
+MIN_BLOCK = 1
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # e.g. "_row_sum_kernel.BLOCK" or "num_warps@12"
+    kind: str  # "block", "warps", "stages"
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    value: int | None  # current literal value (None: an expression that will be replaced)
+
+    def choices(self, target: str) -> tuple[int, ...]:
+        if self.kind == "warps":
+            return WARPS
+        if self.kind == "stages":
+            return STAGES
+        top = MAX_BLOCK.get(target, 16384)
+        lo = max(MIN_BLOCK, (self.value or 16) // 16)
+        hi = min(top, max((self.value or 16) * 16, 16))
+        return tuple(v for v in (2**i for i in range(0, 17)) if lo <= v <= hi)
+
+
+def _is_pow2(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _kernels(tree: ast.Module) -> dict[str, set[str]]:
+    """@triton.jit functions and their constexpr parameter names."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(
+            _dotted(d.func if isinstance(d, ast.Call) else d).endswith(("jit", "autotune", "heuristics"))
+            for d in node.decorator_list
+        ):
+            found[node.name] = {a.arg for a in node.args.args + node.args.kwonlyargs
+                                if a.annotation is not None and _dotted(a.annotation).endswith("constexpr")}
+    return found
+
+
+def _literal_binding(name: str, scopes: list[ast.AST]) -> ast.Constant | None:
+    """The int literal a name is bound to, if it is bound exactly once in the nearest scope."""
+    for scope in scopes:
+        values = [n.value for n in ast.walk(scope)
+                  if isinstance(n, ast.Assign) and len(n.targets) == 1
+                  and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        if len(values) == 1 and isinstance(values[0], ast.Constant) and _is_pow2(values[0].value):
+            return values[0]
+        if values:
+            return None
+    return None
+
+
+def _span_knob(name: str, kind: str, node: ast.AST, value: int | None) -> Knob:
+    return Knob(name, kind, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, value)
+
+
+def find_knobs(source: str) -> list[Knob]:
+    tree = ast.parse(source)
+    kernels = _kernels(tree)
+    knobs: dict[tuple, Knob] = {}
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def scopes_of(node):
+        out = []
+        while node in parents:
+            node = parents[node]
+            if isinstance(node, (ast.FunctionDef, ast.Module)):
+                out.append(node)
+        return out
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in kernels:
+            kname = func.value.id
+            for kw in node.keywords:
+                _launch_knob(knobs, kname, kw, kernels[kname], scopes_of(node))
+        elif _dotted(func).endswith("Config"):
+            _config_knobs(knobs, node)
+    return sorted(knobs.values(), key=lambda k: (k.line, k.col))
+
+
+def _launch_knob(knobs: dict, kname: str, kw: ast.keyword, constexprs: set[str], scopes: list) -> None:
+    if kw.arg in ("num_warps", "num_stages"):
+        kind = "warps" if kw.arg == "num_warps" else "stages"
+        value = kw.value.value if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int) else None
+        target = kw.value
+        if isinstance(kw.value, ast.Name):
+            bound = _literal_binding(kw.value.id, scopes)
+            target, value = (bound, bound.value) if bound is not None else (kw.value, None)
+        knobs[(target.lineno, target.col_offset)] = _span_knob(f"{kname}.{kw.arg}", kind, target, value)
+    elif kw.arg in constexprs:
+        if isinstance(kw.value, ast.Constant) and _is_pow2(kw.value.value):
+            knobs[(kw.value.lineno, kw.value.col_offset)] = _span_knob(f"{kname}.{kw.arg}", "block", kw.value,
+                                                                       kw.value.value)
+        elif isinstance(kw.value, ast.Name):
+            bound = _literal_binding(kw.value.id, scopes)
+            if bound is not None:
+                knobs[(bound.lineno, bound.col_offset)] = _span_knob(f"{kname}.{kw.arg}", "block", bound, bound.value)
+
+
+def _config_knobs(knobs: dict, call: ast.Call) -> None:
+    for arg in call.args[:1]:
+        if isinstance(arg, ast.Dict):
+            for key, val in zip(arg.keys, arg.values):
+                if isinstance(key, ast.Constant) and isinstance(val, ast.Constant) and _is_pow2(val.value):
+                    knobs[(val.lineno, val.col_offset)] = _span_knob(f"Config@{call.lineno}.{key.value}", "block",
+                                                                     val, val.value)
+    for kw in call.keywords:
+        if kw.arg in ("num_warps", "num_stages") and isinstance(kw.value, ast.Constant):
+            kind = "warps" if kw.arg == "num_warps" else "stages"
+            knobs[(kw.value.lineno, kw.value.col_offset)] = _span_knob(f"Config@{call.lineno}.{kw.arg}", kind,
+                                                                       kw.value, kw.value.value)
+
+
+def tunable(knob: Knob, target: str) -> bool:
+    # num_warps / num_stages mean nothing to triton-ascend or to the interpreter
+    return knob.kind == "block" or target == "cuda"
+
+
+def apply(source: str, assignment: dict[Knob, int]) -> str:
+    """Replace each knob's span with its new literal (last spans first, so offsets hold)."""
+    lines = source.splitlines(keepends=True)
+    for knob in sorted(assignment, key=lambda k: (k.line, k.col), reverse=True):
+        first, last = lines[knob.line - 1], lines[knob.end_line - 1]
+        new = first[: knob.col] + str(assignment[knob]) + last[knob.end_col:]
+        lines[knob.line - 1: knob.end_line] = [new]
+    return "".join(lines)
+
+
+def space(source: str, target: str) -> list[tuple[Knob, tuple[int, ...]]]:
+    return [(k, k.choices(target)) for k in find_knobs(source) if tunable(k, target)]
+
+
+def grid(source: str, target: str, limit: int = 4096) -> list[str]:
+    """Every point of the knob space (for benchmarks: the exhaustive baseline)."""
+    dims = space(source, target)
+    points = itertools.islice(itertools.product(*(c for _, c in dims)), limit)
+    return [apply(source, dict(zip((k for k, _ in dims), p))) for p in points]
+
+
+class TuneGenerator(Generator):
+    name = "tune"
+
+    def __init__(self, max_knobs_per_step: int = 2, crossover_rate: float = 0.3):
+        self.max_knobs_per_step = max_knobs_per_step
+        self.crossover_rate = crossover_rate
+
+    def seeds(self, ctx: Context) -> list[Proposal]:
+        return [Proposal(model_as_candidate(ctx.task_source), self.name, "the original Model")]
+
+    def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
+        dims = space(parent.source, ctx.target)
+        if not dims:
+            return []
+        out = []
+        for _ in range(n * 4):
+            if len(out) >= n:
+                break
+            proposal = self._crossover(parent, inspirations, dims, ctx) if ctx.rng.random() < self.crossover_rate else None
+            proposal = proposal or self._mutate(parent, dims, ctx)
+            if proposal and proposal.source != parent.source and all(p.source != proposal.source for p in out):
+                out.append(proposal)
+        return out
+
+    def _mutate(self, parent: Candidate, dims, ctx: Context) -> Proposal | None:
+        chosen = ctx.rng.sample(dims, k=min(len(dims), ctx.rng.randint(1, self.max_knobs_per_step)))
+        assignment, notes = {}, []
+        for knob, choices in chosen:
+            current = knob.value
+            if current in choices and ctx.rng.random() < 0.7:
+                i = choices.index(current) + ctx.rng.choice((-1, 1))  # a neighbour
+                new = choices[min(max(i, 0), len(choices) - 1)]
+            else:
+                new = ctx.rng.choice(choices)
+            if new != current:
+                assignment[knob] = new
+                notes.append(f"{knob.name} {current if current is not None else 'expr'}->{new}")
+        if not assignment:
+            return None
+        return Proposal(apply(parent.source, assignment), self.name, ", ".join(notes))
+
+    def _crossover(self, parent: Candidate, inspirations: list[Candidate], dims, ctx: Context) -> Proposal | None:
+        """Take some knob values from an inspiration that has the same knobs (same structure)."""
+        names = [k.name for k, _ in dims]
+        for other in ctx.rng.sample(inspirations, k=len(inspirations)):
+            theirs = {k.name: k.value for k, _ in space(other.source, ctx.target)}
+            if sorted(theirs) != sorted(names):
+                continue
+            assignment = {k: theirs[k.name] for k, _ in dims
+                          if theirs[k.name] is not None and theirs[k.name] != k.value and ctx.rng.random() < 0.5}
+            if assignment:
+                note = "crossover " + ", ".join(f"{k.name}->{v}" for k, v in assignment.items())
+                return Proposal(apply(parent.source, assignment), self.name, note)
+        return None

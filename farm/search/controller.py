@@ -1,0 +1,347 @@
+"""The search loop for one op: seeds, then parents chosen by farm.search.selection, children
+proposed by the generators, judged by an Evaluator per device, in bounded chunks with a
+checkpoint after each, until the budget is spent or the search has converged.
+
+`search_op` is the library function that `farm search`, `farm run` and the Celery search task
+all call. A search killed at any point resumes from its last checkpoint: at most one chunk of
+work is lost, and nothing is evaluated twice (identical candidates, up to formatting, are
+never evaluated twice at all).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from queue import Queue
+from typing import Any, Callable
+
+from farm import corpus
+from farm.backends import DeviceSpec
+from farm.errors import FarmError
+from farm.evaluator import EvalSettings, Evaluator
+from farm.generators import Candidate, Context, Generator, Proposal
+from farm.search import results, selection
+from farm.search.database import Database, Record, normalized_hash
+from farm.storage import Store
+from farm.storage.base import dump_json
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+PROPOSAL_ATTEMPTS = 12  # tries to find a non-duplicate child before giving up on a slot
+
+
+@dataclass
+class SearchConfig:
+    max_tasks: int = 40  # candidates evaluated, seeds included
+    max_concurrent: int = 4  # candidates in flight per device
+    chunk_size: int = 8  # candidates between two checkpoints
+    generators: tuple[str, ...] = ("tune", "port")
+    seed: int = 0
+    early_stop: bool = True
+    window: int = 5  # candidates per convergence window
+    time_budget_s: float | None = None
+
+
+@dataclass
+class OpOutcome:
+    source: str
+    op: str
+    status: str  # succeeded | zero_pass | failed
+    stop_reason: str
+    submitted: int = 0
+    passed: int = 0
+    best_id: str | None = None
+    best_time_ms: float | None = None
+    speedup_vs_model: float | None = None
+    speedup_vs_reference: float | None = None
+    baseline: dict = field(default_factory=dict)
+    error: str = ""
+    promoted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rng_state(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _set_rng_state(rng: random.Random, state: list) -> None:
+    rng.setstate((state[0], tuple(state[1]), state[2]))
+
+
+class OpSearch:
+    def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
+                 devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
+                 eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None):
+        self.ref = task_ref
+        self.data = ref_data
+        self.store = store
+        self.run_name = run
+        self.target = target
+        self.devices = devices
+        self.generators = {g.name: g for g in generators}
+        self.config = config
+        self.eval_settings = eval_settings
+        self.on_event = on_event or (lambda kind, info: None)
+        self.prefix = results.op_prefix(run, task_ref.source, task_ref.op)
+        self.lock = threading.Lock()
+        self.rng = random.Random(config.seed)
+        self.db = Database()
+        self.pending_seeds: list[dict] = []
+        self.best_by_window: list[float] = []
+        self.chunks_done = 0
+        self.written: set[str] = set()
+        self.device_info: dict = {}
+        self.errors: list[str] = []
+        self.started = time.monotonic()
+
+    # ------------------------------------------------------------ state
+
+    def _state(self, status: str, stop_reason: str = "") -> dict:
+        return {"version": STATE_VERSION, "run": self.run_name, "source": self.ref.source, "op": self.ref.op,
+                "target": self.target, "config": asdict(self.config), "status": status, "stop_reason": stop_reason,
+                "db": self.db.to_dict(), "rng": _rng_state(self.rng), "pending_seeds": self.pending_seeds,
+                "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
+                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256")}
+
+    def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
+        new = [r for r in self.db.records.values() if r.id not in self.written and r.verdict != "pending"]
+        results.write_candidates(self.store, self.prefix, new)
+        self.written.update(r.id for r in new)
+        self.store.put_bytes(f"{self.prefix}/state.json", dump_json(self._state(status, stop_reason)))
+
+    def restore(self) -> dict | None:
+        key = f"{self.prefix}/state.json"
+        if not self.store.exists(key):
+            return None
+        state = self.store.read_json(key)
+        self.db = Database.from_dict(state["db"])
+        # candidates in flight when the previous process died were never finished: drop them
+        for rid in [r.id for r in self.db.records.values() if r.verdict == "pending"]:
+            rec = self.db.records.pop(rid)
+            self.db.hashes.pop(rec.source_hash, None)
+            self.db.lineage_submitted[rec.lineage] -= 1
+        _set_rng_state(self.rng, state["rng"])
+        self.pending_seeds = state["pending_seeds"]
+        self.best_by_window = state["best_by_window"]
+        self.chunks_done = state["chunks_done"]
+        self.written = set(self.db.records)
+        return state
+
+    # ------------------------------------------------------------ proposals
+
+    def _context(self, rng: random.Random) -> Context:
+        return Context(task_source=self.ref.path.read_text(), op=self.ref.op, source=self.ref.source,
+                       target=self.target, device={**self.device_info, "shapes": self.data.get("shapes", "bench")},
+                       rng=rng, recent_errors=self.errors[-3:])
+
+    def _make_seeds(self) -> None:
+        ctx = self._context(random.Random(self.config.seed))
+        seen = set()
+        for gen in self.generators.values():
+            try:
+                proposals = gen.seeds(ctx)
+            except FarmError as exc:
+                log.warning("generator %s gave no seeds for %s: %s", gen.name, self.ref.key, exc)
+                continue
+            for p in proposals:
+                h = normalized_hash(p.source)
+                if h not in seen:
+                    seen.add(h)
+                    self.pending_seeds.append({"source": p.source, "generator": p.generator, "note": p.note})
+
+    def _reserve(self, proposal: Proposal, parent: Record | None, lineage: int, chunk: int) -> Record | None:
+        """Add a proposal to the database unless an identical candidate exists (under the lock)."""
+        if self.db.is_duplicate(proposal.source):
+            return None
+        rec = Record(id=self.db.new_id(), source=proposal.source, generator=proposal.generator, note=proposal.note,
+                     lineage=lineage, generation=parent.generation + 1 if parent else 0,
+                     parent=parent.id if parent else None, source_hash=normalized_hash(proposal.source), chunk=chunk)
+        return self.db.add(rec)
+
+    def _next_seed(self, chunk: int) -> Record | None:
+        while self.pending_seeds:
+            seed = self.pending_seeds.pop(0)
+            lineage = len(self.db.lineages())
+            rec = self._reserve(Proposal(seed["source"], seed["generator"], seed["note"]), None, lineage, chunk)
+            if rec:
+                return rec
+        return None
+
+    def _next_child(self, chunk: int) -> Record | None:
+        for _ in range(PROPOSAL_ATTEMPTS):
+            with self.lock:
+                progress = self.db.submitted / max(self.config.max_tasks, 1)
+                lineage = selection.choose_lineage(self.db, progress, self.rng)
+                if lineage is None:
+                    return None
+                parent = selection.ucb_parent(self.db, lineage, progress, self.rng)
+                insp = selection.inspirations(self.db, parent, progress, self.rng)
+                gen = self.generators[self.rng.choice(sorted(self.generators))]
+                job_rng = random.Random(self.rng.getrandbits(64))
+            proposals = gen.propose(_as_candidate(parent), [_as_candidate(r) for r in insp], self._context(job_rng), n=1)
+            with self.lock:
+                for p in proposals:
+                    rec = self._reserve(p, parent, parent.lineage, chunk)
+                    if rec:
+                        self.db.selections[parent.id] = self.db.selections.get(parent.id, 0) + 1
+                        return rec
+        return None
+
+    def _next(self, chunk: int) -> Record | None:
+        with self.lock:
+            if self.db.submitted >= self.config.max_tasks:
+                return None
+            seed = self._next_seed(chunk)
+        return seed or self._next_child(chunk)
+
+    # ------------------------------------------------------------ evaluation
+
+    def _evaluate(self, rec: Record, pool: Queue) -> None:
+        evaluator = pool.get()
+        try:
+            started = time.monotonic()
+            result = evaluator.evaluate(rec.source, name=rec.id)
+            with self.lock:
+                rec.verdict, rec.reason, rec.eval_s = result.verdict, result.reason[:2000], time.monotonic() - started
+                rec.device = evaluator.spec.label
+                if result.passed:
+                    rec.time_ms = result.timing["median_ms"]
+                    rec.timing = {k: result.timing[k] for k in ("median_ms", "min_ms", "rse", "reps", "stop_reason")}
+                    rec.speedup_vs_model, rec.speedup_vs_reference = result.speedup_vs_model, result.speedup_vs_reference
+                else:
+                    self.errors.append(f"{rec.id} ({rec.generator}) {result.verdict}: {result.reason[:500]}")
+                    if rec.parent and self.db.selections.get(rec.parent, 0) > 0:
+                        self.db.selections[rec.parent] -= 1  # a failed child does not use up its parent
+                self._window_update()
+        finally:
+            pool.put(evaluator)
+        self.on_event("candidate", {"id": rec.id, "verdict": rec.verdict, "time_ms": rec.time_ms,
+                                    "generator": rec.generator, "submitted": self.db.submitted})
+
+    def _window_update(self) -> None:
+        done = sum(1 for r in self.db.records.values() if r.verdict != "pending")
+        if done % self.config.window == 0:
+            best = self.db.best()
+            self.best_by_window.append(best.time_ms if best else float("inf"))
+
+    def _stop_reason(self) -> str:
+        if self.db.submitted >= self.config.max_tasks:
+            return "budget"
+        if self.config.time_budget_s and time.monotonic() - self.started > self.config.time_budget_s:
+            return "time_budget"
+        passes = len(self.db.passing())
+        if self.config.early_stop and selection.converged(self.best_by_window, passes):
+            return "converged"
+        return ""
+
+    def _run_chunk(self, executor: ThreadPoolExecutor, pool: Queue) -> int:
+        chunk = self.chunks_done
+        quota = min(self.config.chunk_size, self.config.max_tasks - self.db.submitted)
+        slots = len(self.devices) * self.config.max_concurrent
+
+        def job() -> bool:
+            rec = self._next(chunk)
+            if rec is None:
+                return False
+            self._evaluate(rec, pool)
+            return True
+
+        done = 0
+        while done < quota:
+            batch = [executor.submit(job) for _ in range(min(slots, quota - done))]
+            ran = sum(f.result() for f in batch)
+            done += ran
+            if ran == 0:
+                break
+        self.chunks_done += 1
+        return done
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, force: bool = False) -> OpOutcome:
+        state = None if force else self.restore()
+        if state and state["status"] == "done":
+            return self._outcome(state["stop_reason"])
+        pool: Queue = Queue()
+        evaluators = [Evaluator(self.ref, self.data, spec, self.eval_settings) for spec in self.devices]
+        try:
+            for ev in evaluators:
+                pool.put(ev)
+            baseline = evaluators[0].baseline()
+            self.device_info = getattr(evaluators[0].references, "device_info", {})
+            if state is None:
+                self._make_seeds()
+                self.checkpoint()
+            stop = self._loop(pool)
+        finally:
+            for ev in evaluators:
+                ev.close()
+        return self._finish(stop, baseline)
+
+    def _loop(self, pool: Queue) -> str:
+        slots = len(self.devices) * self.config.max_concurrent
+        with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="farm-search") as executor:
+            while True:
+                stop = self._stop_reason()
+                if stop:
+                    return stop
+                ran = self._run_chunk(executor, pool)
+                self.checkpoint()
+                self.on_event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted})
+                if ran == 0:
+                    return "no_passing_parent" if not self.db.passing() else "exhausted"
+
+    def _summary(self, stop: str, baseline: dict) -> dict:
+        device_name = self.device_info.get("name", "")
+        return {"run": self.run_name, "source": self.ref.source, "op": self.ref.op, "target": self.target,
+                "device_name": device_name, "stop_reason": stop, "submitted": self.db.submitted,
+                "passed": len(self.db.passing()), "baseline": {k: v for k, v in baseline.items() if k.endswith("_ms")},
+                "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
+                             "fresh_seeds": (self.eval_settings or EvalSettings()).fresh_seeds},
+                "generators": sorted(self.generators), "config": asdict(self.config)}
+
+    def _finish(self, stop: str, baseline: dict) -> OpOutcome:
+        summary = self._summary(stop, baseline)
+        best = self.db.best()
+        summary["status"] = "succeeded" if best else "zero_pass"
+        summary["best"] = results.candidate_row(best) if best else None
+        results.write_report(self.store, self.prefix, summary, self.db)
+        promoted = results.promote(self.store, self.target, summary, best) if best else False
+        self.checkpoint(status="done", stop_reason=stop)
+        outcome = self._outcome(stop, baseline)
+        outcome.promoted = promoted
+        return outcome
+
+    def _outcome(self, stop: str, baseline: dict | None = None) -> OpOutcome:
+        best = self.db.best()
+        return OpOutcome(self.ref.source, self.ref.op, "succeeded" if best else "zero_pass", stop,
+                         submitted=self.db.submitted, passed=len(self.db.passing()), best_id=best and best.id,
+                         best_time_ms=best and best.time_ms, speedup_vs_model=best and best.speedup_vs_model,
+                         speedup_vs_reference=best and best.speedup_vs_reference,
+                         baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")})
+
+
+def _as_candidate(rec: Record) -> Candidate:
+    return Candidate(id=rec.id, source=rec.source, generator=rec.generator, verdict=rec.verdict, time_ms=rec.time_ms,
+                     speedup=rec.speedup, error=rec.reason, lineage=rec.lineage, generation=rec.generation,
+                     note=rec.note)
+
+
+def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
+              devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
+              eval_settings: EvalSettings | None = None, force: bool = False,
+              on_event: Callable[[str, dict], None] | None = None) -> OpOutcome:
+    """Search one op; errors of the task or its reference data become a `failed` outcome."""
+    try:
+        return OpSearch(task_ref, ref_data, store, run, target, devices, generators, config, eval_settings,
+                        on_event).run(force=force)
+    except FarmError as exc:
+        return OpOutcome(task_ref.source, task_ref.op, "failed", "error", error=str(exc))

@@ -1,0 +1,114 @@
+"""Every candidate of one op's search, the lineages they belong to, and what selection needs.
+
+The whole database is plain data (`to_dict` / `from_dict`), so a checkpoint restores it
+exactly, random-number state included.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+def normalized_hash(source: str) -> str:
+    """Identity of a candidate up to formatting and comments: the hash of its syntax tree."""
+    try:
+        text = ast.dump(ast.parse(source), annotate_fields=False, include_attributes=False)
+    except SyntaxError:
+        text = "\n".join(line.rstrip() for line in source.strip().splitlines())
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Record:
+    id: str
+    source: str
+    generator: str
+    note: str
+    lineage: int
+    generation: int
+    parent: str | None
+    source_hash: str
+    verdict: str = "pending"
+    reason: str = ""
+    time_ms: float | None = None
+    speedup_vs_model: float | None = None
+    speedup_vs_reference: float | None = None
+    timing: dict | None = None
+    eval_s: float | None = None
+    chunk: int = 0
+    device: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass" and self.time_ms is not None
+
+    @property
+    def speedup(self) -> float:
+        """The figure lineages compete on: against Model where it runs, else Reference."""
+        return self.speedup_vs_model or self.speedup_vs_reference or 0.0
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})  # old checkpoints load
+
+
+@dataclass
+class Database:
+    records: dict[str, Record] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)  # normalized hash -> record id
+    selections: dict[str, int] = field(default_factory=dict)  # parent id -> times chosen
+    lineage_submitted: dict[int, int] = field(default_factory=dict)
+    next_id: int = 0
+
+    def new_id(self) -> str:
+        self.next_id += 1
+        return f"c{self.next_id:04d}"
+
+    def is_duplicate(self, source: str) -> bool:
+        return normalized_hash(source) in self.hashes
+
+    def add(self, record: Record) -> Record:
+        self.records[record.id] = record
+        self.hashes[record.source_hash] = record.id
+        self.lineage_submitted[record.lineage] = self.lineage_submitted.get(record.lineage, 0) + 1
+        return record
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def submitted(self) -> int:
+        return len(self.records)
+
+    def passing(self, lineage: int | None = None) -> list[Record]:
+        found = [r for r in self.records.values() if r.passed and (lineage is None or r.lineage == lineage)]
+        return sorted(found, key=lambda r: (r.time_ms, r.id))
+
+    def lineages(self) -> list[int]:
+        return sorted({r.lineage for r in self.records.values()})
+
+    def best(self) -> Record | None:
+        passing = self.passing()
+        return passing[0] if passing else None
+
+    def children(self, parent_id: str) -> list[Record]:
+        return [r for r in self.records.values() if r.parent == parent_id]
+
+    # ------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"records": [asdict(r) for r in self.records.values()], "selections": self.selections,
+                "lineage_submitted": {str(k): v for k, v in self.lineage_submitted.items()}, "next_id": self.next_id}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Database":
+        db = cls(selections=dict(d.get("selections", {})), next_id=d.get("next_id", 0),
+                 lineage_submitted={int(k): v for k, v in d.get("lineage_submitted", {}).items()})
+        for raw in d.get("records", []):
+            rec = Record.from_dict(raw)
+            db.records[rec.id] = rec
+            db.hashes[rec.source_hash] = rec.id
+        return db
