@@ -1,0 +1,91 @@
+"""tune: knobs found in any Triton source, moved within valid values, formatting kept."""
+
+import random
+
+from farm.generators.base import Candidate, Context, model_as_candidate
+from farm.generators.tune import TuneGenerator, apply, find_knobs, grid, space
+
+SOURCE = '''
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_ROWS = 4   # rows per program
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK_N": 64}, num_warps=2),
+                          triton.Config({"BLOCK_N": 128}, num_warps=4, num_stages=3)], key=["n"])
+@triton.jit
+def _k(x_ptr, y_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EXTRA: tl.constexpr):
+    pass
+
+
+@triton.jit
+def _plain(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        BLOCK = 256  # a comment that must survive
+        _plain[(1,)](x, x.numel(), BLOCK=BLOCK, num_warps=min(8, max(1, BLOCK // 64)))
+        _k[(1,)](x, x, x.numel(), ROWS=BLOCK_ROWS, EXTRA=triton.next_power_of_2(x.shape[-1]))
+        return x
+'''
+
+
+def test_knobs_are_found_with_their_kinds():
+    knobs = {k.name: k for k in find_knobs(SOURCE)}
+    assert knobs["_plain.BLOCK"].value == 256 and knobs["_plain.BLOCK"].kind == "block"
+    assert knobs["_plain.num_warps"].value is None  # an expression: replaceable by a literal
+    assert knobs["_k.ROWS"].value == 4  # bound at module level
+    assert not any(n.endswith("EXTRA") for n in knobs)  # computed from the input: left alone
+    config_values = sorted(k.value for k in knobs.values() if k.name.startswith("Config@") and k.kind == "block")
+    assert config_values == [64, 128]
+    assert {k.kind for k in knobs.values() if k.name.startswith("Config@")} == {"block", "warps", "stages"}
+
+
+def test_apply_edits_only_the_spans():
+    knobs = {k.name: k for k in find_knobs(SOURCE)}
+    new = apply(SOURCE, {knobs["_plain.BLOCK"]: 1024, knobs["_plain.num_warps"]: 4})
+    assert "BLOCK = 1024  # a comment that must survive" in new
+    assert "BLOCK=BLOCK, num_warps=4)" in new
+    assert new.count("\n") == SOURCE.count("\n")
+
+
+def test_target_limits():
+    cuda = {k.name for k, _ in space(SOURCE, "cuda")}
+    cpu = {k.name for k, _ in space(SOURCE, "cpu")}
+    assert "_plain.num_warps" in cuda and "_plain.num_warps" not in cpu  # meaningless in the interpreter
+    for knob, choices in space(SOURCE, "ascend"):
+        assert knob.kind == "block" and max(choices) <= 8192 and all(c & (c - 1) == 0 for c in choices)
+
+
+def test_proposals_differ_from_parent_and_each_other():
+    ctx = Context(task_source="", op="x", source="s", target="cuda", rng=random.Random(1))
+    parent = Candidate("c1", SOURCE, "tune", "pass", 1.0)
+    props = TuneGenerator().propose(parent, [], ctx, n=5)
+    assert 1 <= len(props) <= 5
+    assert len({p.source for p in props}) == len(props) and all(p.source != SOURCE for p in props)
+    assert all("->" in p.note for p in props)
+
+
+def test_crossover_takes_values_from_an_inspiration():
+    knobs = {k.name: k for k in find_knobs(SOURCE)}
+    other = apply(SOURCE, {knobs["_plain.BLOCK"]: 2048})
+    ctx = Context(task_source="", op="x", source="s", target="cpu", rng=random.Random(3))
+    gen = TuneGenerator(crossover_rate=1.0)
+    seen = set()
+    for _ in range(20):
+        for p in gen.propose(Candidate("c1", SOURCE, "tune", "pass"), [Candidate("c2", other, "tune", "pass")], ctx):
+            seen.add(p.note.split()[0])
+    assert "crossover" in seen
+
+
+def test_grid_enumerates_the_space_of_a_corpus_task():
+    from pathlib import Path
+
+    task = Path(__file__).resolve().parent.parent / "tasks" / "demo" / "row_sum.py"
+    points = grid(model_as_candidate(task.read_text()), "cuda")
+    assert len(points) == len(set(points)) > 10
+    assert all("class ModelNew" in p for p in points)
