@@ -81,6 +81,24 @@ class CheckSettings:
 
 
 @dataclass
+class LLMSettings:
+    base_url: str | None = field(
+        default=None,
+        metadata=_meta("OpenAI-compatible API root, e.g. http://localhost:8000/v1", env="OPENAI_BASE_URL"),
+    )
+    model: str = field(default="", metadata=_meta("model name the endpoint serves"))
+    api_key: str | None = field(
+        default=None, metadata=_meta("API key, sent as a Bearer token", env="OPENAI_API_KEY", secret=True)
+    )
+    temperature: float = field(default=0.7, metadata=_meta("sampling temperature"))
+    max_tokens: int = field(default=8192, metadata=_meta("answer length limit (0: the endpoint's default)"))
+    timeout_s: float = field(default=300.0, metadata=_meta("socket timeout per request"))
+    max_retries: int = field(default=4, metadata=_meta("retries on connection errors, timeouts, 429 and 5xx"))
+    repair_rounds: int = field(default=2, metadata=_meta("follow-ups that send an error back to the model"))
+    requests_per_minute: float = field(default=60.0, metadata=_meta("client-side rate limit (0: none)"))
+
+
+@dataclass
 class Settings:
     store: str = field(
         default=DEFAULT_STORE, metadata=_meta("storage URL: file:///path or s3://bucket/prefix")
@@ -89,6 +107,7 @@ class Settings:
     s3: S3Settings = field(default_factory=S3Settings)
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     check: CheckSettings = field(default_factory=CheckSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
 
     def tasks_dir(self) -> Path:
         if self.corpus.tasks_dir:
@@ -123,7 +142,7 @@ def leaves(cls: type = Settings, prefix: str = "") -> list[Leaf]:
 
 
 def _aliases(cls: type = Settings, prefix: str = "") -> dict[str, str]:
-    """Standard variables (AWS_*) that also feed a setting, below its FARM_* name."""
+    """Standard variables (AWS_*, OPENAI_*) that also feed a setting, below its FARM_* name."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):

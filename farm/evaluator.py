@@ -108,13 +108,13 @@ class Evaluator:
 
     # ------------------------------------------------------------ trusted side
 
-    def _reference_run(self, which: str, inputs: list) -> dict:
+    def _reference_run(self, which: str, key: str, inputs: list) -> dict:
         reply = self.references.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
                                      source=self.ref.source, shapes=self.shapes, which=which,
                                      init_inputs=self.init_inputs)
         if not reply.get("ok"):
             raise FarmError(f"{self.ref.path}: {which} cannot be built on {self.spec.label}: {reply.get('error')}")
-        return self.references.call("run", self.settings.limits.compile_s, inputs=inputs, poison=False)
+        return self.references.with_inputs("run", self.settings.limits.compile_s, key, inputs, poison=False)
 
     def fresh_cases(self) -> list[tuple[list, list]]:
         """Inputs from secret seeds and Reference's outputs for them, computed on the target."""
@@ -123,7 +123,7 @@ class Evaluator:
             for _ in range(self.settings.fresh_seeds):
                 seed = secrets.randbelow(2**31 - 1) + 1
                 inputs = draw_inputs(self.task, seed)
-                reply = self._reference_run("Reference", inputs)
+                reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
                 if not reply.get("ok"):
                     raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh seed: "
                                     f"{reply.get('error')}")
@@ -137,12 +137,12 @@ class Evaluator:
             base: dict[str, Any] = {}
             for which, key in (("Model", "model"), ("Reference", "reference")):
                 try:
-                    run = self._reference_run(which, self.inputs)
+                    run = self._reference_run(which, "pt", self.inputs)
                     if not run.get("ok"):
                         base[f"{key}_error"] = run.get("error", "")[-300:]
                         continue
-                    reply = self.references.call("time", self.settings.limits.time_s, inputs=self.inputs,
-                                                 options=self.settings.timing)
+                    reply = self.references.with_inputs("time", self.settings.limits.time_s, "pt", self.inputs,
+                                                        options=self.settings.timing)
                     if reply.get("ok"):
                         base[f"{key}_ms"] = reply["stats"]["median_ms"]
                         base[f"{key}_timing"] = reply["stats"]
@@ -183,8 +183,11 @@ class Evaluator:
         if verdict:
             raise _Stop(verdict, reason)
 
-    def _call(self, cmd: str, timeout: float, **args) -> dict:
-        reply = self.candidates.call(cmd, timeout, **args)
+    def _call(self, cmd: str, timeout: float, key: str | None = None, inputs: list | None = None, **args) -> dict:
+        if key is None:
+            reply = self.candidates.call(cmd, timeout, **args)
+        else:
+            reply = self.candidates.with_inputs(cmd, timeout, key, inputs, **args)
         if not reply.get("ok"):
             kind = reply.get("kind", "runtime_error")
             error = reply.get("error", "")
@@ -194,7 +197,7 @@ class Evaluator:
     def _compile(self, source: str, name: str) -> dict:
         limits = self.settings.limits
         self._call("load_source", limits.compile_s, source=source, init_inputs=self.init_inputs, name=name)
-        return self._call("run", limits.compile_s, inputs=self.inputs, inplace_args=self.task.inplace_args)
+        return self._call("run", limits.compile_s, "pt", self.inputs, inplace_args=self.task.inplace_args)
 
     def _check_run(self, reply: dict, what: str) -> None:
         if reply["launches"] == 0:
@@ -220,12 +223,12 @@ class Evaluator:
         self._check_run(first, "the first run")
         result.launches, result.kernels = first["launches"], first["kernels"]
         self._compare(first["outputs"], self.expected, "against the reference data (.pt)", result)
-        second = self._call("run", limits.run_s, inputs=self.inputs, inplace_args=self.task.inplace_args)
+        second = self._call("run", limits.run_s, "pt", self.inputs, inplace_args=self.task.inplace_args)
         self._check_run(second, "the second run")
         if not same_values(second["outputs"], first["outputs"]):
             raise _Stop("mismatch", "a second run on the same inputs gave different outputs")
         for i, (inputs, expected) in enumerate(self.fresh_cases()):
-            reply = self._call("run", limits.run_s, inputs=inputs, inplace_args=self.task.inplace_args)
+            reply = self._call("run", limits.run_s, f"seed{i}", inputs, inplace_args=self.task.inplace_args)
             self._check_run(reply, f"fresh seed {i + 1}")
             try:
                 self._compare(reply["outputs"], expected, f"fresh seed {i + 1} against Reference on the target")
@@ -237,7 +240,7 @@ class Evaluator:
             result.seeds_checked += 1
 
     def _time(self, result: EvalResult) -> None:
-        reply = self._call("time", self.settings.limits.time_s, inputs=self.inputs, options=self.settings.timing)
+        reply = self._call("time", self.settings.limits.time_s, "pt", self.inputs, options=self.settings.timing)
         stats = reply["stats"]
         if reply["side_stream"] or reply["foreign_thread"]:
             raise _Stop("cheat", "kernels ran outside the timed stream while being timed")

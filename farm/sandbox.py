@@ -131,6 +131,7 @@ class Sandbox:
         self.conn = Connection(os.dup(parent_sock.fileno()))
         parent_sock.close()
         self.starts += 1
+        self.cached_inputs: set[str] = set()
         reply = self._receive(self.limits.start_s, "start")
         if not reply.get("ok"):
             self.kill()
@@ -175,6 +176,16 @@ class Sandbox:
             self.start()
         self.conn.send_bytes(pickle.dumps({"cmd": cmd, **args}, protocol=pickle.HIGHEST_PROTOCOL))
         return self._receive(timeout_s, cmd)
+
+    def with_inputs(self, cmd: str, timeout_s: float, key: str, inputs: list, **args: Any) -> dict:
+        """Run a command on an input set the child keeps on its device: each set crosses the
+        process boundary once per child, not once per candidate."""
+        if not self.alive or key not in self.cached_inputs:
+            reply = self.call("put_inputs", timeout_s, key=key, inputs=inputs)
+            if not reply.get("ok"):
+                return reply
+            self.cached_inputs.add(key)
+        return self.call(cmd, timeout_s, key=key, **args)
 
     def _receive(self, timeout_s: float, what: str) -> dict:
         deadline = time.monotonic() + timeout_s

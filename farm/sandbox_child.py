@@ -109,6 +109,7 @@ class Runner:
         self.module: types.ModuleType | None = None
         self.baseline_threads = threading.active_count()
         self.timer = timing.DeviceTimer(spec)
+        self.inputs: dict[str, list] = {}  # input sets by key, on the device
 
     # ------------------------------------------------------------ loading
 
@@ -166,10 +167,14 @@ class Runner:
         junk = torch.full((max(nbytes * 2, 1 << 20),), 0xFF, dtype=torch.uint8, device=self.device)
         del junk
 
-    def run(self, inputs: list, inplace_args: tuple = (), poison: bool = True) -> dict:
+    def put_inputs(self, key: str, inputs: list) -> dict:
+        self.inputs[key] = to_device(inputs, self.device)
+        return {"ok": True}
+
+    def run(self, key: str, inplace_args: tuple = (), poison: bool = True) -> dict:
         if self.model is None:
             return {"ok": False, "kind": "runtime_error", "error": "no model loaded"}
-        dev_inputs = to_device(clone_values(inputs), self.device)
+        dev_inputs = clone_values(self.inputs[key])
         pristine = clone_values(dev_inputs)
         if poison:
             self._poison(dev_inputs)
@@ -189,8 +194,8 @@ class Runner:
         return {"ok": True, "outputs": to_cpu(outputs), "mutated_inputs": mutated,
                 "threads_alive": threading.active_count() - self.baseline_threads, **self.launches.summary()}
 
-    def time(self, inputs: list, options: dict) -> dict:
-        dev_inputs = to_device(clone_values(inputs), self.device)
+    def time(self, key: str, options: dict) -> dict:
+        dev_inputs = clone_values(self.inputs[key])
         model = self.model
 
         def call():
@@ -270,8 +275,9 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
     handlers = {
         "load_source": lambda m: runner.load_source(m["source"], m["init_inputs"], m.get("name", "candidate")),
         "load_task": lambda m: runner.load_task(m["path"], m["source"], m["shapes"], m["which"], m["init_inputs"]),
-        "run": lambda m: runner.run(m["inputs"], tuple(m.get("inplace_args", ())), m.get("poison", True)),
-        "time": lambda m: runner.time(m["inputs"], m.get("options", {})),
+        "put_inputs": lambda m: runner.put_inputs(m["key"], m["inputs"]),
+        "run": lambda m: runner.run(m["key"], tuple(m.get("inplace_args", ())), m.get("poison", True)),
+        "time": lambda m: runner.time(m["key"], m.get("options", {})),
         "unload": lambda m: (runner.unload(), {"ok": True})[1],
     }
     while True:
