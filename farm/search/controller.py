@@ -347,10 +347,11 @@ def _as_candidate(rec: Record) -> Candidate:
 def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
               devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
               eval_settings: EvalSettings | None = None, force: bool = False,
-              on_event: Callable[[str, dict], None] | None = None) -> OpOutcome:
+              on_event: Callable[[str, dict], None] | None = None,
+              evaluator_factory: Callable[..., Evaluator] = Evaluator) -> OpOutcome:
     """Search one op; errors of the task or its reference data become a `failed` outcome."""
     try:
         return OpSearch(task_ref, ref_data, store, run, target, devices, generators, config, eval_settings,
-                        on_event).run(force=force)
+                        on_event, evaluator_factory).run(force=force)
     except FarmError as exc:
         return OpOutcome(task_ref.source, task_ref.op, "failed", "error", error=str(exc))

@@ -13,9 +13,10 @@ from typing import Any
 
 
 def normalized_hash(source: str) -> str:
-    """Identity of a candidate up to formatting and comments: the hash of its syntax tree."""
+    """Identity of a candidate up to formatting and comments: the hash of its syntax tree,
+    written back as code (ast.unparse is stable across Python versions; ast.dump is not)."""
     try:
-        text = ast.dump(ast.parse(source), annotate_fields=False, include_attributes=False)
+        text = ast.unparse(ast.parse(source))
     except SyntaxError:
         text = "\n".join(line.rstrip() for line in source.strip().splitlines())
     return hashlib.sha256(text.encode()).hexdigest()
