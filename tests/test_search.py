@@ -214,3 +214,19 @@ def test_farm_run_prints_a_leaderboard(cli, tmp_path):
     bad = cli("search", "--source", "demo", "--op", "row_sum", "--target", "cpu", "--generators", "nope",
               "--store", f"file://{tmp_path / 'runstore'}")
     assert bad.exit_code == 2 and "unknown generator 'nope'" in bad.stderr
+
+
+def test_step_runs_bounded_chunks_until_done(demo_store):
+    """The distributed search task calls step(1) repeatedly; each call resumes the checkpoint."""
+    from farm.search.controller import OpSearch
+
+    store, refs = demo_store
+    data = load_reference(store, "demo", "row_sum")
+    config = SearchConfig(max_tasks=4, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False)
+    calls, outcome = 0, None
+    while outcome is None:
+        calls += 1
+        outcome = OpSearch(refs["row_sum"], data, store, "steps", "cpu", [CPU], [load_generator("tune")],
+                           config).step(max_chunks=1)
+        assert calls < 6
+    assert outcome.submitted == 4 and calls == 3  # two chunks, then a step that only finishes

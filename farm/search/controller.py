@@ -276,6 +276,13 @@ class OpSearch:
     # ------------------------------------------------------------ the loop
 
     def run(self, force: bool = False) -> OpOutcome:
+        """The whole search in this process (farm search, farm run)."""
+        return self.step(max_chunks=None, force=force)
+
+    def step(self, max_chunks: int | None = 1, force: bool = False) -> OpOutcome | None:
+        """Resume from the checkpoint, run up to `max_chunks` chunks, checkpoint. Returns the
+        outcome when the search has finished, None when it should continue later (the
+        distributed search task enqueues its continuation then)."""
         state = None if force else self.restore()
         if state and state["status"] == "done":
             return self._outcome(state["stop_reason"])
@@ -289,20 +296,24 @@ class OpSearch:
             if state is None:
                 self._make_seeds()
                 self.checkpoint()
-            stop = self._loop(pool)
+            stop = self._loop(pool, max_chunks)
         finally:
             for ev in evaluators:
                 ev.close()
-        return self._finish(stop, baseline)
+        return self._finish(stop, baseline) if stop else None
 
-    def _loop(self, pool: Queue) -> str:
+    def _loop(self, pool: Queue, max_chunks: int | None) -> str:
         slots = len(self.devices) * self.config.max_concurrent
+        ran_chunks = 0
         with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="farm-search") as executor:
             while True:
                 stop = self._stop_reason()
                 if stop:
                     return stop
+                if max_chunks is not None and ran_chunks >= max_chunks:
+                    return ""
                 ran = self._run_chunk(executor, pool)
+                ran_chunks += 1
                 self.checkpoint()
                 self.on_event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted})
                 if ran == 0:
