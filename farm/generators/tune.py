@@ -184,6 +184,9 @@ class TuneGenerator(Generator):
         self.crossover_rate = crossover_rate
 
     def seeds(self, ctx: Context) -> list[Proposal]:
+        """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate)."""
+        if not _kernels(ast.parse(ctx.task_source)):
+            return []
         return [Proposal(model_as_candidate(ctx.task_source), self.name, "the original Model")]
 
     def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
