@@ -29,12 +29,17 @@ from farm.backends import DeviceSpec
 from farm.errors import FarmError
 from farm.opcheck import draw_inputs
 from farm.sandbox import Limits, Sandbox, SandboxDied
-from farm.tensors import same_values
+from farm.tensors import identical
 
 log = logging.getLogger(__name__)
 
 VERDICTS = ("compile_error", "runtime_error", "timeout", "crash", "mismatch", "cheat", "pass")
 SUSPICIOUS_SPEEDUP = 20.0  # against Reference; reported, never trusted silently
+# timed calls this much faster than first calls on never-seen inputs were served from a cache
+# (the CPU interpreter's timings are noisier: a wider margin there)
+CACHE_SPEED_RATIO = {"cpu": 0.2}
+DEFAULT_CACHE_SPEED_RATIO = 0.5
+PROBES = 3  # input sets never shown to a candidate before its first timed call on them
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Evaluator:
         self.inputs = list(ref_data["inputs"])
         self.expected = list(ref_data["outputs"])
         self.candidates = Sandbox(spec, self.settings.limits)
+        self.candidates.output_nbytes = _nbytes(self.expected)
         self.references = Sandbox(spec, self.settings.limits)
         self._cases: list[tuple[list, list]] | None = None
         self._baseline: dict | None = None
@@ -118,9 +124,16 @@ class Evaluator:
 
     def fresh_cases(self) -> list[tuple[list, list]]:
         """Inputs from secret seeds and Reference's outputs for them, computed on the target."""
+        return self._all_cases()[:-PROBES]
+
+    def probe_cases(self) -> list[tuple[list, list]]:
+        """More secret cases, for the timing probes: no candidate sees them before then."""
+        return self._all_cases()[-PROBES:]
+
+    def _all_cases(self) -> list[tuple[list, list]]:
         if self._cases is None:
             cases = []
-            for _ in range(self.settings.fresh_seeds):
+            for _ in range(self.settings.fresh_seeds + PROBES):
                 seed = secrets.randbelow(2**31 - 1) + 1
                 inputs = draw_inputs(self.task, seed)
                 reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
@@ -141,8 +154,8 @@ class Evaluator:
                     if not run.get("ok"):
                         base[f"{key}_error"] = run.get("error", "")[-300:]
                         continue
-                    reply = self.references.with_inputs("time", self.settings.limits.time_s, "pt", self.inputs,
-                                                        options=self.settings.timing)
+                    reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"],
+                                                 options=self.settings.timing)
                     if reply.get("ok"):
                         base[f"{key}_ms"] = reply["stats"]["median_ms"]
                         base[f"{key}_timing"] = reply["stats"]
@@ -155,28 +168,43 @@ class Evaluator:
 
     def evaluate(self, source: str, name: str = "candidate") -> EvalResult:
         result = EvalResult(verdict="pass")
-        started = time.monotonic()
+        self._started = started = time.monotonic()
         try:
             self._static(source)
-            t0 = time.monotonic()
-            first = self._compile(source, name)
-            result.stage_s["compile"] = time.monotonic() - t0
-            t0 = time.monotonic()
-            self._verify(first, result)
-            result.stage_s["verify"] = time.monotonic() - t0
-            t0 = time.monotonic()
-            self._time(result)
-            result.stage_s["time"] = time.monotonic() - t0
+            for stage, run in (("compile", lambda: self._compile(source, name)),
+                               ("verify", lambda: self._verify(first, result)), ("time", lambda: self._time(result))):
+                t0 = time.monotonic()
+                value = run()
+                if stage == "compile":
+                    first = value
+                result.stage_s[stage] = time.monotonic() - t0
+                self._check_deadline(stage)
         except _Stop as stop:
             result.verdict, result.reason, result.log = stop.verdict, stop.reason, stop.log
         except SandboxDied as died:
             result.verdict, result.reason = died.kind, str(died).splitlines()[0]
             result.log = str(died)
+        if result.verdict in ("cheat", "runtime_error", "timeout"):
+            # a cheat may have left threads or patches behind, an error a broken device context
+            self.candidates.kill()
         result.stage_s["total"] = time.monotonic() - started
         result.device = getattr(self.candidates, "device_info", {})
         if result.passed:
             self._speedups(result)
         return result
+
+    def _put(self, key: str, inputs: list) -> None:
+        """Send an input set to the candidate runner unless it already keeps it."""
+        if key not in getattr(self.candidates, "cached_inputs", set()) or not self.candidates.alive:
+            reply = self.candidates.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs,
+                                         output_nbytes=self.candidates.output_nbytes)
+            if not reply.get("ok"):
+                raise _Stop(reply.get("kind", "runtime_error"), reply.get("error", "could not load inputs"))
+            self.candidates.cached_inputs.add(key)
+
+    def _check_deadline(self, stage: str) -> None:
+        if time.monotonic() - self._started > self.settings.limits.total_s:
+            raise _Stop("timeout", f"over the {self.settings.limits.total_s:.0f} s limit per candidate after {stage}")
 
     def _static(self, source: str) -> None:
         verdict, reason = static_checks.static_verdict(source)
@@ -225,7 +253,7 @@ class Evaluator:
         self._compare(first["outputs"], self.expected, "against the reference data (.pt)", result)
         second = self._call("run", limits.run_s, "pt", self.inputs, inplace_args=self.task.inplace_args)
         self._check_run(second, "the second run")
-        if not same_values(second["outputs"], first["outputs"]):
+        if not identical(second["outputs"], first["outputs"]):
             raise _Stop("mismatch", "a second run on the same inputs gave different outputs")
         for i, (inputs, expected) in enumerate(self.fresh_cases()):
             reply = self._call("run", limits.run_s, f"seed{i}", inputs, inplace_args=self.task.inplace_args)
@@ -233,17 +261,56 @@ class Evaluator:
             try:
                 self._compare(reply["outputs"], expected, f"fresh seed {i + 1} against Reference on the target")
             except _Stop as stop:
-                if same_values(reply["outputs"], first["outputs"]):
+                if identical(reply["outputs"], first["outputs"]):
                     raise _Stop("cheat", "returned the same outputs for different inputs: "
                                          "outputs are cached or hard-coded") from None
                 raise stop
             result.seeds_checked += 1
+            self._check_deadline(f"fresh seed {i + 1}")
+        if self.fresh_cases():
+            self._ghost(reply["outputs"], len(self.fresh_cases()) - 1)
+
+    def _ghost(self, real: list, index: int) -> None:
+        """Replay with every Triton launch turned into a no-op: if the outputs do not change,
+        the kernels did not compute them (a decoy kernel next to a PyTorch forward)."""
+        ghost = self._call("run", self.settings.limits.run_s, f"seed{index}", self.fresh_cases()[index][0],
+                           inplace_args=self.task.inplace_args, ghost=True)
+        if ghost.get("outputs") is not None and identical(ghost["outputs"], real):
+            raise _Stop("cheat", "the outputs are the same with every Triton launch skipped: "
+                                 "the kernels do not compute them")
 
     def _time(self, result: EvalResult) -> None:
-        reply = self._call("time", self.settings.limits.time_s, "pt", self.inputs, options=self.settings.timing)
+        """Time on the secret fresh-seed inputs in rotation, then check that the timed calls
+        launched kernels and computed the verified answers: no cache, replay or lazy shortcut
+        survives being timed."""
+        cases = self.fresh_cases()
+        keys = [f"seed{i}" for i in range(len(cases))]
+        probes = self.probe_cases()
+        probe_keys = [f"seed{len(cases) + i}" for i in range(len(probes))]
+        for key, (inputs, _expected) in zip(probe_keys, probes):
+            self._put(key, inputs)
+        try:
+            reply = self._call("time", self.settings.limits.time_s, keys=keys, options=self.settings.timing,
+                               probe_keys=probe_keys)
+        finally:
+            for key in probe_keys:
+                self.candidates.__dict__.get("cached_inputs", set()).discard(key)
         stats = reply["stats"]
         if reply["side_stream"] or reply["foreign_thread"]:
             raise _Stop("cheat", "kernels ran outside the timed stream while being timed")
+        if reply["launches"] < reply["min_calls"]:
+            raise _Stop("cheat", f"{reply['min_calls']} timed calls launched only {reply['launches']} Triton kernels")
+        for key, (_inputs, expected) in zip(keys + probe_keys, cases + probes):
+            got = reply["outputs"].get(key)
+            if got is None or not compare.all_ok(compare.compare_outputs(got, expected, self.task.tolerance)):
+                raise _Stop("cheat", f"the timed calls on input set {key} did not compute the verified outputs")
+        if not stats["median_ms"] > 0:
+            raise _Stop("cheat", "the timer reports no time at all")
+        probe = stats.get("probe_ms")
+        ratio = CACHE_SPEED_RATIO.get(self.spec.backend.name, DEFAULT_CACHE_SPEED_RATIO)
+        if probe and stats["median_ms"] < ratio * probe and probe - stats["median_ms"] > 0.005:
+            raise _Stop("cheat", f"timed calls took {stats['median_ms']:.4f} ms but a call on unseen inputs "
+                                 f"{probe:.4f} ms: repeated inputs are served from a cache")
         if self.spec.backend.name == "cuda":
             host, dev = stats["host_median_ms"], stats["median_ms"]
             if host > self.settings.unseen_work_ratio * dev and host > dev + 2.0:
@@ -255,6 +322,8 @@ class Evaluator:
         base = self.baseline()
         result.baseline = {k: v for k, v in base.items() if not k.endswith("_timing")}
         ms = result.timing["median_ms"]
+        if ms <= 0:
+            return
         if base.get("model_ms"):
             result.speedup_vs_model = base["model_ms"] / ms
         if base.get("reference_ms"):
@@ -287,3 +356,9 @@ def describe_timing(stats: dict | None) -> str:
 
 
 __all__ = ["EvalResult", "EvalSettings", "Evaluator", "VERDICTS", "evaluate", "describe_timing", "timing"]
+
+
+def _nbytes(values: list) -> list[int]:
+    import torch
+
+    return [v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor)]

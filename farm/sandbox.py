@@ -26,6 +26,7 @@ import os
 import pickle
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,9 +104,9 @@ class Sandbox:
         self.limits = limits or Limits()
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
-        self.workdir = Path(tempfile.mkdtemp(prefix="farm-sandbox-"))
-        self.log_path = self.workdir / "child.log"
+        self.workdir: Path | None = None
         self.starts = 0
+        self.output_nbytes: list[int] | None = None  # sizes the runner poisons before each run
 
     # ------------------------------------------------------------ lifecycle
 
@@ -114,13 +115,27 @@ class Sandbox:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "child.log"
+
+    def _fresh_workdir(self) -> None:
+        """A new, empty working folder per runner: nothing a dead runner wrote is seen again."""
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        self.workdir = Path(tempfile.mkdtemp(prefix="farm-sandbox-"))
+
     def start(self) -> None:
+        self._fresh_workdir()
         parent_sock, child_sock = socket.socketpair()
         log_file = open(self.log_path, "wb")
         try:
+            # -c, with the working folder taken off sys.path: a candidate cannot plant modules
+            # that a runner would import
+            launcher = ("import sys; sys.path.pop(0); from farm.sandbox_child import main; "
+                        f"main({child_sock.fileno()}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "farm.sandbox", str(child_sock.fileno()), self.spec.label,
-                 str(self.limits.device_memory_fraction)],
+                [sys.executable, "-c", launcher],
                 pass_fds=(child_sock.fileno(),), env=candidate_env(self.spec, self.workdir), cwd=self.workdir,
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 preexec_fn=self._preexec, start_new_session=True,
@@ -161,8 +176,13 @@ class Sandbox:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
 
     def log_tail(self, n: int = 4000) -> str:
+        if self.workdir is None:
+            return ""
         try:
             data = self.log_path.read_bytes()
         except OSError:
@@ -175,13 +195,16 @@ class Sandbox:
         if not self.alive:
             self.start()
         self.conn.send_bytes(pickle.dumps({"cmd": cmd, **args}, protocol=pickle.HIGHEST_PROTOCOL))
-        return self._receive(timeout_s, cmd)
+        reply = self._receive(timeout_s, cmd)
+        if reply.get("restart"):  # the runner found itself tampered with and has exited
+            self.kill()
+        return reply
 
     def with_inputs(self, cmd: str, timeout_s: float, key: str, inputs: list, **args: Any) -> dict:
         """Run a command on an input set the child keeps on its device: each set crosses the
         process boundary once per child, not once per candidate."""
         if not self.alive or key not in self.cached_inputs:
-            reply = self.call("put_inputs", timeout_s, key=key, inputs=inputs)
+            reply = self.call("put_inputs", timeout_s, key=key, inputs=inputs, output_nbytes=self.output_nbytes)
             if not reply.get("ok"):
                 return reply
             self.cached_inputs.add(key)
@@ -225,10 +248,10 @@ def _decode(data: bytes) -> dict:
     """Replies come from untrusted code: tensors and plain values only."""
     import torch
 
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever the runner sent, it was not plain data
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return {"ok": False, "kind": "cheat", "error": f"the runner replied with something other than plain "
+                                                       f"tensors and values: {first[:300]}"}
 
-
-if __name__ == "__main__":
-    from farm.sandbox_child import main
-
-    main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))

@@ -12,6 +12,7 @@ import importlib.util
 import io
 import itertools
 import pickle
+import signal
 import sys
 import threading
 import traceback
@@ -38,6 +39,8 @@ class LaunchLog:
         self.spec = spec
         self.main_thread = threading.get_ident()
         self.reset()
+
+    ghost = False  # while True, launches are recorded but not executed (ghost replay)
 
     def reset(self) -> None:
         self.count = 0
@@ -76,6 +79,8 @@ def install_launch_hook(log: LaunchLog) -> None:
         def run(self, *args, _original=original, **kwargs):
             if not kwargs.get("warmup", False):
                 log.record(self)
+                if log.ghost:
+                    return None
             return _original(self, *args, **kwargs)
 
         cls.run = run
@@ -110,6 +115,13 @@ class Runner:
         self.baseline_threads = threading.active_count()
         self.timer = timing.DeviceTimer(spec)
         self.inputs: dict[str, list] = {}  # input sets by key, on the device
+        self.fingerprints: dict[str, list] = {}
+        self.output_nbytes: list[int] = []
+        self.integrity: dict[str, Any] = {}
+
+    def snapshot(self) -> None:
+        """What the harness relies on, as it is before any candidate runs."""
+        self.integrity = {name: _lookup(name) for name in _WATCHED}
 
     # ------------------------------------------------------------ loading
 
@@ -160,31 +172,54 @@ class Runner:
 
     # ------------------------------------------------------------ running
 
-    def _poison(self, inputs: list) -> None:
-        """Fill memory the allocator will hand out next with NaN bytes, so an output that is
-        never written cannot hold a stale answer."""
-        nbytes = sum(v.numel() * v.element_size() for v in inputs if isinstance(v, torch.Tensor))
-        junk = torch.full((max(nbytes * 2, 1 << 20),), 0xFF, dtype=torch.uint8, device=self.device)
+    def _poison(self) -> None:
+        """Hand the allocator blocks filled with 0xFF (NaN for floats) of exactly the sizes the
+        outputs will take, and one large block: an output that is never written cannot hold a
+        stale answer from an earlier run."""
+        junk = [torch.full((n,), 0xFF, dtype=torch.uint8, device=self.device) for n in self.output_nbytes for _ in (0, 1)]
+        junk.append(torch.full((1 << 20,), 0xFF, dtype=torch.uint8, device=self.device))
         del junk
 
-    def put_inputs(self, key: str, inputs: list) -> dict:
+    def put_inputs(self, key: str, inputs: list, output_nbytes: list | None = None) -> dict:
         self.inputs[key] = to_device(inputs, self.device)
+        self.fingerprints[key] = _fingerprint(self.inputs[key])
+        if output_nbytes is not None:
+            self.output_nbytes = [int(n) for n in output_nbytes]
         return {"ok": True}
 
-    def run(self, key: str, inplace_args: tuple = (), poison: bool = True) -> dict:
+    def tampering(self) -> str:
+        """Harness objects replaced, or kept input sets changed: the runner cannot be trusted."""
+        changed = [name for name, obj in self.integrity.items() if _lookup(name) is not obj]
+        if changed:
+            return f"the candidate replaced harness code: {', '.join(changed)}"
+        for key, fp in self.fingerprints.items():
+            if _fingerprint(self.inputs[key]) != fp:
+                return f"the candidate changed the runner's kept input set '{key}'"
+        return ""
+
+    def _forward(self, dev_inputs: list):
+        with torch.no_grad():
+            out = self.model(*dev_inputs)
+        self.timer.synchronize()
+        return out
+
+    def run(self, key: str, inplace_args: tuple = (), poison: bool = True, ghost: bool = False) -> dict:
         if self.model is None:
             return {"ok": False, "kind": "runtime_error", "error": "no model loaded"}
         dev_inputs = clone_values(self.inputs[key])
         pristine = clone_values(dev_inputs)
         if poison:
-            self._poison(dev_inputs)
+            self._poison()
         self.launches.reset()
+        LaunchLog.ghost = ghost
         try:
-            with torch.no_grad():
-                out = self.model(*dev_inputs)
-            self.timer.synchronize()
+            out = self._forward(dev_inputs)
         except BaseException as exc:  # noqa: BLE001
+            if ghost:  # without its kernels a candidate may well fail: then it depends on them
+                return {"ok": True, "outputs": None, "ghost_error": type(exc).__name__}
             return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
+        finally:
+            LaunchLog.ghost = False
         outputs = as_output_list(out)
         odd = _odd_output(outputs)
         if odd:
@@ -194,25 +229,97 @@ class Runner:
         return {"ok": True, "outputs": to_cpu(outputs), "mutated_inputs": mutated,
                 "threads_alive": threading.active_count() - self.baseline_threads, **self.launches.summary()}
 
-    def time(self, key: str, options: dict) -> dict:
-        dev_inputs = clone_values(self.inputs[key])
+    def probe(self, bufs: list, key: str) -> tuple[float, Any]:
+        """One flushed, event-timed call on an input set the candidate has never seen: what an
+        honest call costs when nothing can have been cached for these values."""
+        for dst, src in zip(bufs, self.inputs[key]):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        holder = []
+        with torch.no_grad():
+            [ms] = self.timer.batch(lambda: holder.append(self.model(*bufs)), 1)
+        return ms, holder[0]
+
+    def time(self, keys: list[str], options: dict, probe_keys: tuple[str, ...] = ()) -> dict:
+        """Time forward on the given input sets in rotation (copied into the same buffers
+        before each repetition, outside the events), and return the outputs of the last call
+        on each set, so the parent can check that the timed calls computed the answer."""
+        sets = [self.inputs[k] for k in keys]
+        bufs = clone_values(sets[0])
         model = self.model
+        current = [0]
+        last: dict[int, Any] = {}
+
+        def prepare(i: int) -> None:
+            current[0] = i % len(sets)
+            for dst, src in zip(bufs, sets[current[0]]):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
 
         def call():
             with torch.no_grad():
-                model(*dev_inputs)
+                last[current[0]] = model(*bufs)
 
         options = dict(options)
         method = options.pop("method", "events")
         self.launches.reset()
         try:
-            stats = timing.measure(call, self.timer, **options).as_dict()
+            # one untimed call warms buffers, allocator and clocks; then the probe, before any
+            # repetition: whatever a candidate caches, it cannot have seen these values
+            prepare(0)
+            call()
+            self.timer.synchronize()
+            probes = [self.probe(bufs, k) for k in probe_keys]
+            stats = timing.measure(call, self.timer, prepare=prepare, **options).as_dict()
             if method == "npu_profiler":  # Ascend only; see farm.timing (not run on hardware)
                 stats.update(event_median_ms=stats["median_ms"], median_ms=timing.npu_profiler_ms(call, self.timer),
                              method="npu_profiler")
+            self.timer.synchronize()
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
-        return {"ok": True, "stats": stats, **self.launches.summary()}
+        finally:
+            for k in probe_keys:  # never kept: the next candidate must not find them either
+                self.inputs.pop(k, None)
+                self.fingerprints.pop(k, None)
+        calls = stats["reps"] + 5 + len(probes)  # reps, warm + first call, 3 host checks, the probes
+        outputs = {keys[i]: to_cpu(as_output_list(out)) for i, out in last.items()}
+        if probes:
+            stats["probe_ms"] = sorted(ms for ms, _ in probes)[len(probes) // 2]  # median of first calls
+            for k, (_, out) in zip(probe_keys, probes):
+                outputs[k] = to_cpu(as_output_list(out))
+        return {"ok": True, "stats": stats, "outputs": outputs, "min_calls": calls, **self.launches.summary()}
+
+
+def _fingerprint(values: list) -> list:
+    """Cheap, order-sensitive summary of an input set (sum and a position-weighted sum)."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel():
+            flat = v.detach().reshape(-1).double()
+            weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+            out.append((float(flat.nan_to_num().sum()), float((flat.nan_to_num() * weights).sum())))
+        else:
+            out.append(repr(v))
+    return out
+
+
+_WATCHED = ("time.perf_counter", "time.perf_counter_ns", "time.time", "time.monotonic", "torch.equal",
+            "torch.Tensor.clone", "torch.Tensor.copy_", "torch.cuda.synchronize", "torch.cuda.Event",
+            "farm.timing.measure", "farm.timing._perf_counter", "farm.timing.DeviceTimer.batch",
+            "farm.sandbox_child._reply", "farm.sandbox_child.Runner.run", "farm.sandbox_child.Runner.time",
+            "triton.runtime.jit.JITFunction.run")
+
+
+def _lookup(name: str) -> Any:
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None:
+            obj = module
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+            return obj
+    return None
 
 
 def _odd_output(outputs: list) -> str:
@@ -240,7 +347,12 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return _equal(a, b)
 
 
+_COMPILE_CAUSES = (NameError, AttributeError, TypeError, ValueError, SyntaxError)
+
+
 def _kind(exc: BaseException) -> str:
+    """compile_error for what a Triton compiler rejects; the CPU interpreter reports those as
+    an InterpreterError caused by the frontend's NameError/TypeError/ValueError/..."""
     try:
         from triton.compiler.errors import CompilationError
 
@@ -248,6 +360,8 @@ def _kind(exc: BaseException) -> str:
             return "compile_error"
     except ImportError:
         pass
+    if type(exc).__name__ == "InterpreterError" and isinstance(exc.__cause__, _COMPILE_CAUSES):
+        return "compile_error"
     return "runtime_error"
 
 
@@ -261,6 +375,8 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
     from multiprocessing.connection import Connection
 
     conn = Connection(fd)
+    # Python ignores SIGXFSZ; the log limit (RLIMIT_FSIZE) must kill the runner instead
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     try:
         spec = backends.resolve_device(device_label)
         backends.import_device_runtime(spec)
@@ -268,6 +384,7 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
             torch.cuda.set_per_process_memory_fraction(memory_fraction, 0)
         runner = Runner(spec)
         install_launch_hook(runner.launches)
+        runner.snapshot()
         _reply(conn, {"ok": True, "device": device_info(spec)})
     except BaseException:  # noqa: BLE001
         _reply(conn, {"ok": False, "error": trim(traceback.format_exc())})
@@ -275,9 +392,10 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
     handlers = {
         "load_source": lambda m: runner.load_source(m["source"], m["init_inputs"], m.get("name", "candidate")),
         "load_task": lambda m: runner.load_task(m["path"], m["source"], m["shapes"], m["which"], m["init_inputs"]),
-        "put_inputs": lambda m: runner.put_inputs(m["key"], m["inputs"]),
-        "run": lambda m: runner.run(m["key"], tuple(m.get("inplace_args", ())), m.get("poison", True)),
-        "time": lambda m: runner.time(m["key"], m.get("options", {})),
+        "put_inputs": lambda m: runner.put_inputs(m["key"], m["inputs"], m.get("output_nbytes")),
+        "run": lambda m: runner.run(m["key"], tuple(m.get("inplace_args", ())), m.get("poison", True),
+                                    m.get("ghost", False)),
+        "time": lambda m: runner.time(m["keys"], m.get("options", {}), tuple(m.get("probe_keys", ()))),
         "unload": lambda m: (runner.unload(), {"ok": True})[1],
     }
     while True:
@@ -288,6 +406,12 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
         if msg["cmd"] == "exit":
             return
         try:
-            _reply(conn, handlers[msg["cmd"]](msg))
+            reply = handlers[msg["cmd"]](msg)
         except BaseException:  # noqa: BLE001 - e.g. outputs that cannot be serialised
-            _reply(conn, {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())})
+            reply = {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
+        tampered = runner.tampering() if msg["cmd"] != "put_inputs" else ""
+        if tampered:  # the verdict is cheat, and this runner is finished
+            reply = {"ok": False, "kind": "cheat", "error": tampered, "restart": True}
+        _reply(conn, reply)
+        if tampered:
+            return

@@ -10,6 +10,7 @@ common exploits cheap to reject with a clear reason.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Callable
 
 # Rationale: a kernel module needs torch, triton and math; these reach the file system, other
@@ -29,7 +30,7 @@ BANNED_ATTRIBUTES = {
 }
 BANNED_CALLS = {"open", "exec", "eval", "compile", "__import__", "globals", "breakpoint", "input", "getattr", "setattr"}
 # Rationale: the reference store and process internals are reached through paths.
-BANNED_STRINGS = ("/proc/", ".farm", "refs/", ".pt")
+BANNED_STRINGS = re.compile(r"/proc/|\.farm\b|\brefs/|\.pt\b")
 MONKEYPATCH_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np"}
 
 
@@ -90,12 +91,22 @@ def check_calls(tree: ast.Module, source: str) -> str:
     return ""
 
 
-def check_strings(tree: ast.Module, source: str) -> str:
+def _docstrings(tree: ast.Module) -> set[int]:
+    found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for bad in BANNED_STRINGS:
-                if bad in node.value:
-                    return f"string {node.value[:40]!r} (line {node.lineno}) points at files a kernel must not read"
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def check_strings(tree: ast.Module, source: str) -> str:
+    docs = _docstrings(tree)  # prose may mention a .pt file; only strings the code uses count
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if BANNED_STRINGS.search(node.value):
+                return f"string {node.value[:40]!r} (line {node.lineno}) points at files a kernel must not read"
     return ""
 
 

@@ -71,3 +71,21 @@ def to_cpu(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(to_cpu(v) for v in value)
     return value
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Bitwise-identical trees, NaN equal to NaN (a second run must reproduce NaNs too)."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        if a.is_floating_point() or a.is_complex():
+            both_nan = torch.isnan(a) & torch.isnan(b)
+            return bool(((a == b) | both_nan).all())
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return type(a) is type(b) and a == b

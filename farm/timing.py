@@ -31,6 +31,10 @@ from typing import Callable
 
 from farm.backends import DeviceSpec
 
+# Bound once, when the runner starts and before any candidate runs: a candidate that replaces
+# time.perf_counter afterwards does not change the clock the harness reads.
+_perf_counter = time.perf_counter
+
 DEFAULT_WARMUP_MS = 25.0
 DEFAULT_BUDGET_MS = 400.0
 DEFAULT_MIN_REPS = 10
@@ -66,7 +70,7 @@ class _HostClock:
         self.t = 0.0
 
     def record(self):
-        self.t = time.perf_counter()
+        self.t = _perf_counter()
 
     def elapsed_time(self, other: "_HostClock") -> float:
         return (other.t - self.t) * 1e3
@@ -81,6 +85,9 @@ class DeviceTimer:
         self.spec = spec
         self.kind = spec.backend.name
         self._torch = torch
+        # the event class, bound now for the same reason as _perf_counter
+        self._event_cls = {"cuda": getattr(torch.cuda, "Event", None),
+                           "ascend": getattr(getattr(torch, "npu", None), "Event", None)}.get(self.kind)
         self.flush_buf = None
         if spec.backend.flush_bytes:
             # int8 so that zero_() writes every byte of the buffer
@@ -91,10 +98,8 @@ class DeviceTimer:
         return {"cuda": "cuda_event", "ascend": "npu_event"}.get(self.kind, "host_clock")
 
     def event(self):
-        if self.kind == "cuda":
-            return self._torch.cuda.Event(enable_timing=True)
-        if self.kind == "ascend":
-            return self._torch.npu.Event(enable_timing=True)
+        if self._event_cls is not None:
+            return self._event_cls(enable_timing=True)
         return _HostClock()
 
     def synchronize(self) -> None:
@@ -107,7 +112,8 @@ class DeviceTimer:
         if self.flush_buf is not None:
             self.flush_buf.zero_()
 
-    def batch(self, fn: Callable[[], object], n: int) -> list[float]:
+    def batch(self, fn: Callable[[], object], n: int, prepare: Callable[[int], None] | None = None,
+              first: int = 0) -> list[float]:
         """Device ms of n flushed calls, enqueued back to back and synchronised once.
 
         As in triton's do_bench, nothing waits between the flush and the start event: the host
@@ -115,7 +121,9 @@ class DeviceTimer:
         interval, and the events see only the call.
         """
         pairs = []
-        for _ in range(n):
+        for i in range(first, first + n):
+            if prepare is not None:
+                prepare(i)  # e.g. load the next input set: outside the events
             self.flush()
             start, end = self.event(), self.event()
             start.record()
@@ -130,12 +138,12 @@ class DeviceTimer:
         and a full synchronisation, so work the events did not see shows up here."""
         self.synchronize()
         start, end = self.event(), self.event()
-        host0 = time.perf_counter()
+        host0 = _perf_counter()
         start.record()
         fn()
         end.record()
         self.synchronize()
-        return start.elapsed_time(end), (time.perf_counter() - host0) * 1e3
+        return start.elapsed_time(end), (_perf_counter() - host0) * 1e3
 
 
 def rse_of(samples: list[float]) -> float:
@@ -155,24 +163,26 @@ def measure(
     max_reps: int = DEFAULT_MAX_REPS,
     rse_target: float = DEFAULT_RSE_TARGET,
     batch: int = DEFAULT_BATCH,
+    prepare: Callable[[int], None] | None = None,
 ) -> TimingStats:
+    """`prepare(i)` runs before repetition i, outside the timed interval."""
     fn()
     timer.synchronize()
-    warm_end = time.perf_counter() + warmup_ms / 1e3
-    while time.perf_counter() < warm_end:
+    warm_end = _perf_counter() + warmup_ms / 1e3
+    while _perf_counter() < warm_end:
         timer.batch(fn, 1)
     checks = [timer.host_check(fn) for _ in range(3)]
     samples: list[float] = []
-    deadline = time.perf_counter() + budget_ms / 1e3
+    deadline = _perf_counter() + budget_ms / 1e3
     stop = "max_reps"
     while len(samples) < max_reps:
         n = min(max(batch, min_reps - len(samples)), max_reps - len(samples))
-        samples.extend(timer.batch(fn, n))
+        samples.extend(timer.batch(fn, n, prepare, first=len(samples)))
         if len(samples) >= min_reps:
             if rse_of(samples) <= rse_target:
                 stop = "rse_target"
                 break
-            if time.perf_counter() > deadline:
+            if _perf_counter() > deadline:
                 stop = "time_budget"
                 break
     return TimingStats(

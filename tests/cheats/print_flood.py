@@ -1,0 +1,44 @@
+"""Exploit (denial of service): gigabytes printed to stdout.
+
+Prints 1 GB of text in 16 MB lines, swallowing any write error and carrying on, then returns
+the right answer: either the runner dies at the log limit or the flood is ignored and the
+candidate looks correct.
+
+Expected verdict: crash (the log size limit, Limits.log_mb, kills the runner).
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_sum_kernel(x_ptr, out_ptr, n_cols, stride_xm, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    row_ptr = x_ptr + row.to(tl.int64) * stride_xm
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(row_ptr + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+
+def row_sum(x):
+    x = x.contiguous()
+    m, k = x.shape
+    out = torch.empty(m, dtype=x.dtype, device=x.device)
+    _row_sum_kernel[(m,)](x, out, k, x.stride(0), BLOCK=128)
+    return out
+
+_LINE = "x" * (16 * 1024 * 1024)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        for _ in range(64):
+            try:
+                print(_LINE, flush=True)
+            except OSError:
+                pass
+        return row_sum(x)
