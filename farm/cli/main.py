@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from farm import __version__
-from farm.cli import cache, config_cmd, eval_cmd, ops, reference, search
+from farm.cli import cache, config_cmd, eval_cmd, lint, ops, reference, search
 from farm.cli.common import parse_sets, setup_logging
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app.command("reference")(reference.reference)
 app.command("eval")(eval_cmd.eval_candidate)
 app.command("search")(search.search)
 app.command("run")(search.run_local)
+app.command("lint")(lint.lint)
 app.add_typer(cache.app, name="cache")
 app.add_typer(config_cmd.app, name="config")
 
