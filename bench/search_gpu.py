@@ -89,14 +89,16 @@ def busy(report: dict, wall_s: float) -> dict:
             "candidates_per_device_minute": len(report["candidates"]) / (wall_s / 60) if wall_s else 0}
 
 
-def perf(out: Path, sources: list[str], max_tasks: int, generators: str) -> None:
+def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: list[str] | None = None) -> None:
     settings, _ = load_settings()
     store = open_store(f"file://{tempfile.mkdtemp(prefix='farm-bench-')}")
-    refs = corpus.find_tasks(settings, sources)
+    refs = [r for r in corpus.find_tasks(settings, sources) if not only or r.key in only]
     made = {(r["source"], r["op_name"]): r for r in generate_references(refs, store, SPEC, 0, "bench", 600)}
     copy_bw = copy_bandwidth()
     rows = []
-    gens = [load_generator(g) for g in generators.split(",")]
+    # inductor: the default mode only here; max-autotune seeds cost minutes per op
+    gens = [load_generator(g, modes=("default",)) if g == "inductor" else load_generator(g)
+            for g in generators.split(",")]
     for ref in refs:
         if not made[(ref.source, ref.op)]["success"]:
             rows.append({"task": ref.key, "error": made[(ref.source, ref.op)]["error"]})
@@ -112,7 +114,9 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str) -> None
         comp = run_in_child(compiled_reference_child, (ref, str(pt)), timeout_s=600, env=SPEC.child_env())
         traffic = _nbytes(data["inputs"]) + _nbytes(data["outputs"])
         task = corpus.load_task(ref)
-        row = {"task": ref.key, **outcome.as_dict(), "search": busy(report, wall),
+        failures = [f"{c['id']} {c['generator']} {c['verdict']}: {(c['error'] or '')[:300]}"
+                    for c in report["candidates"] if c["verdict"] != "pass"]
+        row = {"task": ref.key, **outcome.as_dict(), "search": busy(report, wall), "failures": failures[:5],
                "compile_ms": comp.value["compile_ms"] if comp.ok else None,
                "compile_error": "" if comp.ok else comp.error[-300:],
                "bytes": traffic, "memory_bound": "memory-bound" in task.tags, "copy_bw_bytes_s": copy_bw}
@@ -121,7 +125,7 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str) -> None
             row["bandwidth_fraction"] = traffic / (best / 1e3) / copy_bw
             row["speedup_vs_compile"] = row["compile_ms"] / best if row["compile_ms"] else None
         rows.append(row)
-        (out / "perf.json").write_text(json.dumps({"copy_bw_bytes_s": copy_bw, "rows": rows}, indent=2))
+        (out / f"perf_{'_'.join(sources)}.json").write_text(json.dumps({"copy_bw_bytes_s": copy_bw, "rows": rows}, indent=2))
         print(f"{ref.key:48} {outcome.status:9} best {best or 0:.4f} ms  model {outcome.baseline.get('model_ms', 0):.4f}  "
               f"ref {outcome.baseline.get('reference_ms', 0):.4f}  compile {row['compile_ms'] or 0:.4f}  "
               f"bw {row.get('bandwidth_fraction', 0):.2f}  busy {row['search']['busy_fraction']:.2f}", flush=True)
@@ -164,10 +168,11 @@ def main() -> None:
     parser.add_argument("--sources", nargs="*", default=["demo", "sglang", "vllm_triton", "vllm_torch"])
     parser.add_argument("--ops", nargs="*", default=["demo/row_sum", "sglang/triton_tanh", "vllm_triton/log_softmax_kernel"])
     parser.add_argument("--max-tasks", type=int, default=24)
+    parser.add_argument("--only", nargs="*", help="perf: only these source/op names")
     parser.add_argument("--generators", default="tune,port")
     args = parser.parse_args()
     if args.mode == "perf":
-        perf(args.out, args.sources, args.max_tasks, args.generators)
+        perf(args.out, args.sources, args.max_tasks, args.generators, args.only)
     else:
         grid(args.out, args.ops)
 

@@ -229,48 +229,43 @@ class Runner:
         return {"ok": True, "outputs": to_cpu(outputs), "mutated_inputs": mutated,
                 "threads_alive": threading.active_count() - self.baseline_threads, **self.launches.summary()}
 
-    def probe(self, bufs: list, key: str) -> tuple[float, Any]:
-        """One flushed, event-timed call on an input set the candidate has never seen: what an
-        honest call costs when nothing can have been cached for these values."""
-        for dst, src in zip(bufs, self.inputs[key]):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
-        holder = []
-        with torch.no_grad():
-            [ms] = self.timer.batch(lambda: holder.append(self.model(*bufs)), 1)
-        return ms, holder[0]
-
-    def time(self, keys: list[str], options: dict, probe_keys: tuple[str, ...] = ()) -> dict:
-        """Time forward on the given input sets in rotation (copied into the same buffers
-        before each repetition, outside the events), and return the outputs of the last call
-        on each set, so the parent can check that the timed calls computed the answer."""
-        sets = [self.inputs[k] for k in keys]
-        bufs = clone_values(sets[0])
+    def time(self, keys: list[str], options: dict, probe_keys: tuple[str, ...] = (),
+             inplace_args: tuple = ()) -> dict:
+        """Time forward on the given input sets in rotation, each set with buffers of its own
+        (its in-place arguments restored before every repetition, outside the events), and
+        return the outputs of the last call on each set, so the parent can check that the
+        timed calls computed the answer. Probe sets, never shown to this candidate before, are
+        called once each inside a batch, behind regular calls, so the host runs ahead of the
+        device for them as for every repetition."""
+        sets = {k: self.inputs[k] for k in (*keys, *probe_keys)}
+        bufs = {k: clone_values(v) for k, v in sets.items()}
         model = self.model
-        current = [0]
-        last: dict[int, Any] = {}
+        current = [keys[0]]
+        last: dict[str, Any] = {}
 
-        def prepare(i: int) -> None:
-            current[0] = i % len(sets)
-            for dst, src in zip(bufs, sets[current[0]]):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
+        def select(key: str) -> None:
+            current[0] = key
+            for j in inplace_args:
+                if j < len(bufs[key]) and isinstance(bufs[key][j], torch.Tensor):
+                    bufs[key][j].copy_(sets[key][j])
 
         def call():
             with torch.no_grad():
-                last[current[0]] = model(*bufs)
+                last[current[0]] = model(*bufs[current[0]])
 
         options = dict(options)
         method = options.pop("method", "events")
         self.launches.reset()
+        probe_ms: list[float] = []
         try:
-            # one untimed call warms buffers, allocator and clocks; then the probe, before any
-            # repetition: whatever a candidate caches, it cannot have seen these values
-            prepare(0)
-            call()
+            select(keys[0])
+            call()  # warms buffers, allocator and clocks
             self.timer.synchronize()
-            probes = [self.probe(bufs, k) for k in probe_keys]
-            stats = timing.measure(call, self.timer, prepare=prepare, **options).as_dict()
+            if probe_keys:
+                order = [keys[0]] * 3 + [k for p in probe_keys for k in (p, keys[0])]
+                times = self.timer.batch(call, len(order), prepare=lambda i: select(order[i]))
+                probe_ms = [t for t, k in zip(times, order) if k in probe_keys]
+            stats = timing.measure(call, self.timer, prepare=lambda i: select(keys[i % len(keys)]), **options).as_dict()
             if method == "npu_profiler":  # Ascend only; see farm.timing (not run on hardware)
                 stats.update(event_median_ms=stats["median_ms"], median_ms=timing.npu_profiler_ms(call, self.timer),
                              method="npu_profiler")
@@ -281,12 +276,10 @@ class Runner:
             for k in probe_keys:  # never kept: the next candidate must not find them either
                 self.inputs.pop(k, None)
                 self.fingerprints.pop(k, None)
-        calls = stats["reps"] + 5 + len(probes)  # reps, warm + first call, 3 host checks, the probes
-        outputs = {keys[i]: to_cpu(as_output_list(out)) for i, out in last.items()}
-        if probes:
-            stats["probe_ms"] = sorted(ms for ms, _ in probes)[len(probes) // 2]  # median of first calls
-            for k, (_, out) in zip(probe_keys, probes):
-                outputs[k] = to_cpu(as_output_list(out))
+        if probe_ms:
+            stats["probe_ms"] = sorted(probe_ms)[len(probe_ms) // 2]
+        calls = stats["reps"] + 4 + (2 * len(probe_keys) + 3 if probe_keys else 0)
+        outputs = {k: to_cpu(as_output_list(out)) for k, out in last.items()}
         return {"ok": True, "stats": stats, "outputs": outputs, "min_calls": calls, **self.launches.summary()}
 
 
@@ -395,7 +388,8 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
         "put_inputs": lambda m: runner.put_inputs(m["key"], m["inputs"], m.get("output_nbytes")),
         "run": lambda m: runner.run(m["key"], tuple(m.get("inplace_args", ())), m.get("poison", True),
                                     m.get("ghost", False)),
-        "time": lambda m: runner.time(m["keys"], m.get("options", {}), tuple(m.get("probe_keys", ()))),
+        "time": lambda m: runner.time(m["keys"], m.get("options", {}), tuple(m.get("probe_keys", ())),
+                                      tuple(m.get("inplace_args", ()))),
         "unload": lambda m: (runner.unload(), {"ok": True})[1],
     }
     while True:

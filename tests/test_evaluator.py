@@ -406,7 +406,7 @@ def test_candidate_runner_never_receives_expected_outputs(ev, refs, monkeypatch)
     assert ev.evaluate(GOOD, "good_row_sum.py").passed
     # inputs travel with the command, or once per runner as an input set the commands name by key
     allowed = {"load_source": {"source", "init_inputs", "name"}, "put_inputs": {"key", "inputs", "output_nbytes"},
-               "run": {"key", "inputs", "inplace_args", "ghost"}, "time": {"keys", "options", "probe_keys"}}
+               "run": {"key", "inputs", "inplace_args", "ghost"}, "time": {"keys", "options", "probe_keys", "inplace_args"}}
     assert {"load_source", "run", "time"} <= {cmd for cmd, _ in sent} <= set(allowed)
     for cmd, args in sent:
         assert set(args) <= allowed[cmd], (cmd, set(args))

@@ -21,6 +21,7 @@ from farm.errors import FarmError
 from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
 from farm.lint import find_launches, kernel_defs
 from farm.port import PASSES, Edits, PortContext, pass_tile, port
+from farm.static_checks import check_has_triton_kernel
 
 BLOCK_SUBS = tuple(2**i for i in range(5, 14))  # 32 .. 8192
 GRID_SCALES = (1, 2, 4)
@@ -44,6 +45,8 @@ class PortGenerator(Generator):
             raise FarmError(f"port generator: unknown option(s) {', '.join(sorted(options))}; it takes none")
 
     def seeds(self, ctx: Context) -> list[Proposal]:
+        if check_has_triton_kernel(ast.parse(ctx.task_source), ctx.task_source):
+            return []  # a PyTorch Model has no kernel to port
         source = model_as_candidate(ctx.task_source)
         ported = port(source, port_context(ctx))
         if ported == source:
