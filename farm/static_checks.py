@@ -30,6 +30,7 @@ BANNED_ATTRIBUTES = {
 }
 BANNED_CALLS = {"open", "exec", "eval", "compile", "__import__", "globals", "breakpoint", "input", "getattr", "setattr"}
 # Rationale: the reference store and process internals are reached through paths.
+BANNED_PATHS = ("/proc/", ".farm", "refs/", ".pt")  # what the prompt tells a model
 BANNED_STRINGS = re.compile(r"/proc/|\.farm\b|\brefs/|\.pt\b")
 MONKEYPATCH_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np"}
 

@@ -147,7 +147,7 @@ def answer_section(ctx: Context) -> str:
         modules=", ".join(sorted(static_checks.BANNED_MODULES)),
         calls=", ".join(f"{name}()" for name in sorted(static_checks.BANNED_CALLS)),
         attributes=", ".join(sorted(static_checks.BANNED_ATTRIBUTES)),
-        strings=", ".join(repr(s) for s in static_checks.BANNED_STRINGS),
+        strings=", ".join(repr(s) for s in static_checks.BANNED_PATHS),
         roots=", ".join(sorted(static_checks.MONKEYPATCH_ROOTS)),
     )
 
