@@ -99,6 +99,46 @@ class LLMSettings:
 
 
 @dataclass
+class QueueSettings:
+    """Distributed mode (Celery); see docs/distributed.md."""
+
+    broker_url: str = field(
+        default="redis://127.0.0.1:6379/0",
+        metadata=_meta("Celery broker: redis://host:port/db (amqp:// works too)", secret=True),
+    )
+    result_backend: str = field(
+        default="", metadata=_meta("Celery result backend; empty: the broker's Redis", secret=True)
+    )
+    visibility_timeout_s: float = field(
+        default=7200.0, metadata=_meta("Redis redelivers an unacked task after this; must exceed the chunk hard limit")
+    )
+    chunk_candidates: int = field(default=8, metadata=_meta("candidates per search chunk (one task)"))
+    chunk_time_limit_s: float = field(
+        default=1800.0,
+        metadata=_meta("soft time limit of a chunk; no candidate starts after half of it; hard limit 10% + 5 s above"),
+    )
+    max_redeliveries: int = field(
+        default=3, metadata=_meta("times a task lost with its worker is run again before its op is marked failed")
+    )
+    worker_max_tasks_per_child: int = field(
+        default=50, metadata=_meta("tasks before a worker's pool process is replaced (0: never)")
+    )
+
+    @property
+    def chunk_hard_limit_s(self) -> float:
+        return round(self.chunk_time_limit_s * 1.1 + 5.0, 1)
+
+    def __post_init__(self) -> None:
+        if self.chunk_candidates < 1 or self.chunk_time_limit_s <= 0 or self.max_redeliveries < 0:
+            raise ConfigError("queue.chunk_candidates must be >= 1, queue.chunk_time_limit_s > 0 and "
+                              "queue.max_redeliveries >= 0")
+        if self.visibility_timeout_s <= self.chunk_hard_limit_s:
+            raise ConfigError(f"queue.visibility_timeout_s ({self.visibility_timeout_s:g}) must exceed the chunk hard "
+                              f"time limit ({self.chunk_hard_limit_s:g} s, from queue.chunk_time_limit_s), or Redis "
+                              "hands a running chunk to a second worker")
+
+
+@dataclass
 class Settings:
     store: str = field(
         default=DEFAULT_STORE, metadata=_meta("storage URL: file:///path or s3://bucket/prefix")
@@ -108,6 +148,7 @@ class Settings:
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     check: CheckSettings = field(default_factory=CheckSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
 
     def tasks_dir(self) -> Path:
         if self.corpus.tasks_dir:

@@ -8,6 +8,7 @@ import typer
 
 from farm import __version__
 from farm.cli import cache, config_cmd, eval_cmd, lint, ops, reference, search
+from farm.cli import distributed
 from farm.cli.common import parse_sets, setup_logging
 
 app = typer.Typer(
@@ -24,6 +25,13 @@ app.command("run")(search.run_local)
 app.command("lint")(lint.lint)
 app.add_typer(cache.app, name="cache")
 app.add_typer(config_cmd.app, name="config")
+app.command("submit")(distributed.submit)
+app.command("status")(distributed.status)
+app.command("fetch")(distributed.fetch)
+app.command("cancel")(distributed.cancel)
+app.command("workers")(distributed.workers)
+app.command("worker")(distributed.worker)
+app.command("scale")(distributed.scale)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,329 @@
+"""Distributed mode: `farm submit/status/fetch/cancel/workers` (control) and `farm worker/scale`
+(the worker pools). Celery is imported only inside the commands that need it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from farm.cli.common import JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar, settings, table
+from farm.config import leaves
+from farm.errors import EXIT_FAILED, FarmError
+from farm.storage import open_store
+
+StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
+RunArg = Annotated[Optional[str], typer.Argument(help="Run name [the latest run].")]
+
+
+def _need_celery() -> None:
+    try:
+        import celery  # noqa: F401
+    except ImportError:
+        raise FarmError("distributed mode needs Celery: pip install 'kernel-farm[queue]'") from None
+
+
+def _store(ctx: typer.Context, url: str | None):
+    s = settings(ctx, {"store": url})
+    return s, open_store(s.store, s)
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
+
+
+def status_table(view: dict):
+    rows = [[r["op"], r["phase"], r["reference"], f"{r['chunk']}", f"{r['tried']}", f"{r['passed']}",
+             fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-", (r["error"] or "")[:60]] for r in view["ops"]]
+    t = view["totals"]
+    title = (f"run {view['run']} ({view['spec']['source']} -> {view['spec']['target']}): {view['status']}, "
+             f"{t['finished']}/{t['ops']} ops finished, {t['tried']}/{t['budget']} candidates, "
+             f"{t['passed']} passed, ETA {_fmt_eta(view['eta_s'])}")
+    return table(title, ["op", "phase", "reference", "chunks", "tried", "passed", "best x", "worker", "error"], rows)
+
+
+# ---------------------------------------------------------------- control
+
+
+@handle_errors
+def submit(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Option("--source", "-s", help="Source whose ops to port and optimise.")],
+    ops: Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name (repeatable); default all.")] = None,
+    target: Annotated[str, typer.Option(help="Target the search pools run on: ascend, cuda or cpu.")] = "ascend",
+    max_tasks: Annotated[int, typer.Option(help="Candidates to evaluate per op, seeds included.")] = 40,
+    run: Annotated[Optional[str], typer.Option(help="Run name [<source>-<target>-<time>]; the same name again "
+                                                    "re-enqueues what is missing, nothing twice.")] = None,
+    generators: Annotated[str, typer.Option(help="Comma-separated generators: tune, port, inductor, llm.")] = "tune,port",
+    reference_on: Annotated[Optional[str], typer.Option(
+        help="Platform of the reference workers [cpu for target cpu, else cuda].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Regenerate reference data even where it is current.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to finish, with a progress bar.")] = False,
+    timeout: Annotated[Optional[float], typer.Option(help="With --wait: give up waiting after this many seconds.")] = None,
+    store: StoreOpt = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Enqueue a run: reference data per op on reference.<platform>, then the search on search.<target>."""
+    _need_celery()
+    from farm import control
+
+    s, st = _store(ctx, store)
+    names = tuple(g.strip() for g in generators.split(",") if g.strip())
+    spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on)
+    spec, created = control.submit(s, st, spec, force=force)
+    err.print(f"{'submitted' if created else 'submitted again (same ids: nothing runs twice)'} run {spec.run}: "
+              f"{len(spec.ops)} ops of {spec.source}, reference on reference.{spec.reference_target}, "
+              f"search on search.{spec.target}", highlight=False)
+    if not as_json:
+        typer.echo(spec.run)
+    if not wait:
+        if as_json:
+            print_json({"run": spec.run, "created": created, "spec": spec.params()})
+        return
+    view = _wait(st, spec.run, len(spec.ops), timeout, show=not as_json)
+    if as_json:
+        print_json(view)
+    else:
+        out.print(status_table(view))
+    if view["totals"]["failed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _wait(st, run: str, n_ops: int, timeout: float | None, show: bool) -> dict:
+    from farm import control
+
+    with progress_bar(show) as progress:
+        bar = progress.add_task(f"run {run}", total=n_ops)
+
+        def update(view: dict) -> None:
+            t = view["totals"]
+            progress.update(bar, completed=t["finished"],
+                            description=f"run {run}: {t['tried']}/{t['budget']} candidates, {t['passed']} passed")
+
+        return control.wait(st, run, update, timeout)
+
+
+@handle_errors
+def status(
+    ctx: typer.Context,
+    run: RunArg = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run finishes (Ctrl-C stops watching).")] = False,
+    store: StoreOpt = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA."""
+    from farm import runs
+    from farm.control import POLL_S
+
+    _, st = _store(ctx, store)
+    name = run or runs.latest_run(st)
+    view = runs.summarize(st, name)
+    if as_json:
+        print_json(view)
+        return
+    if not watch:
+        out.print(status_table(view))
+        return
+    from rich.live import Live
+
+    with Live(status_table(view), console=out, refresh_per_second=1) as live:
+        while view["status"] == "running":
+            time.sleep(POLL_S)
+            view = runs.summarize(st, name)
+            live.update(status_table(view))
+
+
+@handle_errors
+def fetch(
+    ctx: typer.Context,
+    run: RunArg = None,
+    latest: Annotated[bool, typer.Option("--latest", help="The kernels of the latest run.")] = False,
+    target: Annotated[Optional[str], typer.Option(help="Only this target.")] = None,
+    source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
+    op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the modules, index.json and README.md to.")] = Path("kernels"),
+    store: StoreOpt = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """The best verified kernels as importable modules, with an index.json and a README of the set."""
+    from farm import fetch as fetching
+    from farm.runs import latest_run
+
+    if run and latest:
+        raise FarmError("give a run or --latest, not both")
+    s, st = _store(ctx, store)
+    name = latest_run(st) if latest else run
+    index = fetching.export(st, fetching.select(st, name, target, source, op), out_dir, s, name)
+    if as_json:
+        print_json(index)
+        return
+    out.print(table(f"{len(index['kernels'])} kernel(s) -> {out_dir}", ["module", "speedup vs Model", "median ms", "run"],
+                    [[k["module"], fmt_num(k.get("speedup_vs_model"), ".2f"), fmt_num(k.get("time_ms"), ".4g"),
+                      k.get("run")] for k in index["kernels"]]))
+
+
+@handle_errors
+def cancel(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run to cancel.")], store: StoreOpt = None,
+           as_json: bool = JsonOption) -> None:
+    """Stop a run: queued tasks are dropped, running chunks finish and checkpoint, nothing new starts."""
+    _need_celery()
+    from farm import control
+
+    s, st = _store(ctx, store)
+    result = control.cancel(s, st, run)
+    if as_json:
+        print_json(result)
+        return
+    out.print(f"run {run} cancelled at {result['cancelled_at']}")
+    if not result["revoked"]:
+        err.print("[yellow]the broker did not answer: queued tasks will see the cancellation when they start[/]")
+
+
+@handle_errors
+def workers(
+    ctx: typer.Context,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for workers to answer.")] = 1.0,
+    as_json: bool = JsonOption,
+) -> None:
+    """The live workers of every pool and what each is doing; tasks waiting per queue."""
+    _need_celery()
+    from farm import control
+
+    view = control.workers(settings(ctx), timeout)
+    if as_json:
+        print_json(view)
+        return
+    rows = []
+    for w in view["workers"]:
+        doing = "; ".join(f"{t['name']} {':'.join(str(a) for a in t['args'] or [])}" for t in w["tasks"]) or "-"
+        rows.append([w["worker"], ",".join(w["queues"]), w["state"], doing])
+    out.print(table(f"{len(rows)} live worker(s)", ["worker", "queues", "state", "doing"], rows))
+    waiting = {q: n for q, n in view["waiting"].items() if n}
+    out.print("waiting: " + (", ".join(f"{q} {n}" for q, n in waiting.items()) or "none"))
+
+
+# ---------------------------------------------------------------- worker pools
+
+
+def settings_env(ctx: typer.Context) -> dict[str, str]:
+    """The global --config and --set, as the environment a child `farm`/celery process reads."""
+    obj = ctx.find_root().obj or {}
+    env_names = {leaf.key: leaf.env for leaf in leaves()}
+    env = {}
+    if obj.get("config"):
+        env["FARM_CONFIG"] = str(Path(obj["config"]).expanduser().resolve())
+    for key, value in (obj.get("overrides") or {}).items():
+        if key not in env_names:
+            raise FarmError(f"unknown setting '{key}' (--set)")
+        env[env_names[key]] = str(value)
+    return env
+
+
+def _pools(pool: list[str]) -> tuple[str, ...]:
+    from farm.queue import POOLS
+
+    names = tuple(dict.fromkeys(p.strip() for item in pool for p in item.split(",") if p.strip()))
+    bad = [p for p in names if p not in POOLS]
+    if bad or not names:
+        raise FarmError(f"unknown pool {', '.join(bad) or '(none)'} (--pool): use reference, search, or both")
+    return names
+
+
+@handle_errors
+def worker(
+    ctx: typer.Context,
+    pool: Annotated[list[str], typer.Option(help="reference or search (repeatable, or 'reference,search').")],
+    target: Annotated[str, typer.Option(help="cuda, ascend or cpu: the queue <pool>.<target> and the device kind.")],
+    devices: Annotated[str, typer.Option(help="Device indices, one worker process each, e.g. '0,1,2,3' "
+                                              "(for cpu: worker slots).")] = "0",
+    log_dir: Annotated[Optional[Path], typer.Option(help="Write each worker's log to <dir>/<name>.log.")] = None,
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+) -> None:
+    """Run one Celery worker process per device, each with its device mask set before anything loads."""
+    _need_celery()
+    from farm.queue import TARGETS
+    from farm.workers import Supervisor, WorkerSpec, parse_devices
+
+    if target not in TARGETS:
+        raise FarmError(f"unknown target '{target}' (--target): use {', '.join(TARGETS)}")
+    settings(ctx)  # a bad config fails here, not in every child
+    pools = _pools(pool)
+    specs = [WorkerSpec(pools, target, d, loglevel, log_dir) for d in parse_devices(target, devices)]
+    err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "
+              f"{', '.join(specs[0].queues)}", highlight=False)
+    raise typer.Exit(Supervisor(specs, {**os.environ, **settings_env(ctx)}).run())
+
+
+@handle_errors
+def scale(
+    ctx: typer.Context,
+    pool: Annotated[str, typer.Argument(help="Pool as <pool>-<target>, e.g. search-ascend or reference-cuda.")],
+    n: Annotated[int, typer.Argument(min=0, help="Number of workers (one device each).")],
+    via: Annotated[str, typer.Option(help="k8s (kubectl scale), compose (docker compose), local (processes here).")] = "k8s",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands, run nothing.")] = False,
+    namespace: Annotated[str, typer.Option(help="k8s: namespace of the Deployment farm-<pool>.")] = "farm",
+    compose_file: Annotated[Path, typer.Option(help="compose: file declaring one service per device.")] = Path(
+        "deploy/compose/docker-compose.yml"),
+    state_dir: Annotated[Path, typer.Option(help="local: where the workers' pids and logs are kept.")] = Path(
+        "~/.farm/workers"),
+    as_json: bool = JsonOption,
+) -> None:
+    """Set the size of a worker pool."""
+    from farm import scale as scaling
+    from farm.queue import parse_pool
+
+    kind, target = parse_pool(pool)
+    if via == "local":
+        _scale_local(ctx, kind, target, n, dry_run, state_dir.expanduser(), as_json)
+        return
+    if via == "k8s":
+        commands = scaling.k8s_commands(kind, target, n, namespace)
+    elif via == "compose":
+        commands = scaling.compose_commands(compose_file, kind, target, n)
+    else:
+        raise FarmError(f"unknown --via '{via}': use k8s, compose or local")
+    if not dry_run:
+        scaling.execute(commands)
+    if as_json:
+        print_json({"pool": f"{kind}-{target}", "n": n, "via": via, "dry_run": dry_run, "commands": commands})
+        return
+    for cmd in commands:
+        out.print(" ".join(cmd), highlight=False, soft_wrap=True)
+
+
+def _scale_local(ctx, kind: str, target: str, n: int, dry_run: bool, state_dir: Path, as_json: bool) -> None:
+    from farm.workers import LocalPool
+
+    local = LocalPool(state_dir, kind, target)
+    root = ctx.find_root().obj or {}
+    argv = [sys.executable, "-m", "farm"]
+    if root.get("config"):
+        argv += ["--config", str(Path(root["config"]).expanduser().resolve())]
+    for key, value in (root.get("overrides") or {}).items():
+        argv += ["--set", f"{key}={value}"]
+    if dry_run:
+        start, stop = local.plan(n, argv)
+        commands = [*start, *(["kill", "-TERM", str(pid)] for pid in stop)]
+        if as_json:
+            print_json({"pool": f"{kind}-{target}", "n": n, "via": "local", "dry_run": True, "commands": commands})
+        else:
+            for cmd in commands:
+                out.print(" ".join(cmd), highlight=False, soft_wrap=True)
+        return
+    _need_celery()
+    result = local.scale(n, argv, dict(os.environ))
+    if as_json:
+        print_json({"pool": f"{kind}-{target}", "n": n, "via": "local", **result})
+        return
+    out.print(f"{kind}-{target}: {len(result['running'])} worker(s) running "
+              f"(started {sorted(result['started']) or 'none'}, stopped pids {result['stopped'] or 'none'})")
+    if result["stopping"]:
+        err.print(f"[yellow]still finishing their chunk: pids {result['stopping']}[/]")

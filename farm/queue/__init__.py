@@ -1,0 +1,34 @@
+"""Distributed mode: the Celery app (celery_app), its settings (celeryconfig), the thin tasks
+(tasks), what they run (work) and how they coordinate through Redis (coord).
+
+Only this package and the commands that enqueue import celery; `farm run` never does.
+"""
+
+from __future__ import annotations
+
+from farm.errors import EXIT_STORAGE, FarmError
+
+POOLS = ("reference", "search")
+TARGETS = ("cuda", "ascend", "cpu")
+
+
+class QueueError(FarmError):
+    """The broker (or the Redis that coordinates tasks) cannot be reached."""
+
+    exit_code = EXIT_STORAGE
+
+
+def queue_name(pool: str, target: str) -> str:
+    """reference.cuda, search.ascend, ...: one queue per pool of workers."""
+    if pool not in POOLS or target not in TARGETS:
+        raise FarmError(f"unknown pool {pool}.{target}: pools are {', '.join(POOLS)}, targets {', '.join(TARGETS)}")
+    return f"{pool}.{target}"
+
+
+def parse_pool(name: str) -> tuple[str, str]:
+    """'search-ascend' or 'search.ascend' -> ('search', 'ascend')."""
+    pool, sep, target = name.replace(".", "-").partition("-")
+    if not sep:
+        raise FarmError(f"pool {name!r}: expected <pool>-<target>, e.g. search-ascend or reference-cuda")
+    queue_name(pool, target)
+    return pool, target
