@@ -52,6 +52,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from farm.pyast import dotted_name as _dotted
+
 FORMAT = 1  # of the capture dict
 _EMPTY_STRIDED = {"empty_strided_cuda", "empty_strided_cpu", "empty_strided_xpu", "empty_strided_mtia",
                   "empty_strided"}
@@ -364,15 +366,6 @@ def _describe(task, cls, init_inputs, inputs, dev_inputs, call, out) -> dict:
 # ====================================================================== assemble (parent)
 
 
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 def kernel_sources(wrapper: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from farm.errors import FarmError
+from farm.pyast import dotted_name as dotted
 
 UB_BYTES = 96 * 1024  # A2/A3 unified buffer is 192 KB; double buffering (default) halves it
 GRID_LIMIT = 65535  # gridX * gridY * gridZ on Ascend
@@ -59,15 +60,6 @@ class Finding:
 # ------------------------------------------------------------------ shared analyses
 
 
-def dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 def is_kernel(fn: ast.AST) -> bool:

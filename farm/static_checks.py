@@ -13,6 +13,8 @@ import ast
 import re
 from typing import Callable
 
+from farm.pyast import dotted_name as _dotted
+
 # Rationale: a kernel module needs torch, triton and math; these reach the file system, other
 # processes, the interpreter's internals or other threads.
 BANNED_MODULES = {
@@ -35,15 +37,6 @@ BANNED_STRINGS = re.compile(r"/proc/|\.farm\b|\brefs/|\.pt\b")
 MONKEYPATCH_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np"}
 
 
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 def check_defines_model_new(tree: ast.Module, source: str) -> str:

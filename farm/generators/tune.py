@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass
 
 from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
+from farm.pyast import dotted_name as _dotted
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
@@ -50,14 +51,6 @@ def _is_pow2(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
 
 
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def _kernels(tree: ast.Module) -> dict[str, set[str]]:
