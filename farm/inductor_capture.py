@@ -454,11 +454,16 @@ def _jit_functions(src: str, where: str) -> list[ast.FunctionDef]:
 
 
 def _helper_library() -> dict[str, ast.FunctionDef]:
-    """The top-level @triton.jit functions of torch._inductor.runtime.triton_helpers."""
-    from torch._inductor.runtime import triton_helpers
+    """The top-level @triton.jit functions of torch._inductor.runtime.triton_helpers, read from
+    its file without importing it: importing torch._inductor changes Triton's interpreter for
+    the rest of the process, and this runs in the search process."""
+    from pathlib import Path
 
+    import torch
+
+    path = Path(torch.__file__).parent / "_inductor" / "runtime" / "triton_helpers.py"
     found = {}
-    for node in ast.parse(inspect.getsource(triton_helpers)).body:
+    for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.FunctionDef) and any(
                 _dotted(d.func if isinstance(d, ast.Call) else d) == "triton.jit" for d in node.decorator_list):
             found[node.name] = node

@@ -1,11 +1,17 @@
 import os
-import textwrap
-from pathlib import Path
 
-import pytest
-from typer.testing import CliRunner
+# CI has no accelerator: every Triton kernel a test runs in-process runs in the interpreter.
+# Triton decides this when it is first imported (its built-ins such as tl.sum are made then),
+# so it is set here, before any test module imports triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from farm.cli.main import app
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from farm.cli.main import app  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
