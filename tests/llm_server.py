@@ -21,44 +21,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.conftest import GOOD_TASK
+
 PATH = "/v1/chat/completions"
 POLL_S = 0.02  # how often serve_forever looks for shutdown: closing takes no longer
 
-TASK_SOURCE = '''"""Scale a vector by two with a Triton kernel."""
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+TASK_SOURCE = GOOD_TASK.lstrip()  # the same small task the other tests use
 
-N = 1000
-
-
-@triton.jit
-def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        y = torch.empty_like(x)
-        _scale[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
-        return y
-
-
-class Reference(nn.Module):
-    def forward(self, x):
-        return x * 2.0
-
-
-def get_inputs():
-    return [torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
 GOOD_CODE = '''import torch
 import torch.nn as nn
 import triton
