@@ -139,6 +139,28 @@ class QueueSettings:
 
 
 @dataclass
+class MetricsSettings:
+    """Prometheus endpoints; see docs/operations.md."""
+
+    port: int = field(default=9101, metadata=_meta("`farm worker` serves its metrics here (0: off)"))
+    addr: str = field(default="0.0.0.0", metadata=_meta("address the metrics endpoints listen on"))
+    exporter_port: int = field(default=9102, metadata=_meta("`farm exporter` serves queue and run metrics here"))
+    exporter_refresh_s: float = field(
+        default=10.0, metadata=_meta("the exporter reads the broker and the store at most this often")
+    )
+    finished_runs_window_h: float = field(
+        default=24.0, metadata=_meta("the exporter keeps showing a finished run for this many hours")
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("port", "exporter_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"metrics.{name} must be a TCP port (0-65535), not {getattr(self, name)}")
+        if self.exporter_refresh_s < 0 or self.finished_runs_window_h < 0:
+            raise ConfigError("metrics.exporter_refresh_s and metrics.finished_runs_window_h must be >= 0")
+
+
+@dataclass
 class Settings:
     store: str = field(
         default=DEFAULT_STORE, metadata=_meta("storage URL: file:///path or s3://bucket/prefix")
@@ -149,6 +171,7 @@ class Settings:
     check: CheckSettings = field(default_factory=CheckSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def tasks_dir(self) -> Path:
         if self.corpus.tasks_dir:

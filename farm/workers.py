@@ -8,29 +8,38 @@ cpu), so nothing initialises a device before the mask applies; the parent only s
 Each Celery worker is `celery -A farm.queue.celery_app worker` with a prefork pool of one
 process (heartbeats, time limits and recycling need a real pool), one task at a time, task
 events on, and a hostname naming its pools, target and device.
+
+With a metrics port, the supervisor serves Prometheus metrics for all of them: it gives each a
+shared, fresh multiprocess folder and sums it at scrape time (farm.metrics, farm.worker_metrics).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from farm import metrics
 from farm.backends import DeviceSpec, resolve_device
 from farm.errors import FarmError
+from farm.metrics import MULTIPROC_ENV, QUEUES_ENV, SLOT_ENV
 from farm.queue import queue_name
 from farm.queue.work import DEVICE_ENV
+from farm.worker_metrics import WorkerState
 
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_MAX_S = 30.0  # a worker that keeps dying is restarted at most this often
 STABLE_S = 60.0  # a worker that ran this long resets its restart backoff
+REAP_EVERY_S = 5.0  # how often the supervisor drops the live gauges of vanished processes
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,8 @@ class WorkerSpec:
     def env(self, base: dict[str, str]) -> dict[str, str]:
         """`base` plus the device mask and the device's name for the tasks (farm.queue.work)."""
         spec = self.device_spec()
-        return {**base, **spec.child_env(), DEVICE_ENV: spec.label}
+        return {**base, **spec.child_env(), DEVICE_ENV: spec.label, SLOT_ENV: str(self.device),
+                QUEUES_ENV: ",".join(self.queues)}
 
 
 def parse_devices(target: str, devices: str) -> list[int]:
@@ -86,18 +96,26 @@ class Supervisor:
     them all for a warm shutdown (each finishes its current chunk, which checkpoints, and
     gives back what it had not started); a second signal makes it a cold shutdown."""
 
-    def __init__(self, specs: list[WorkerSpec], env: dict[str, str]):
+    def __init__(self, specs: list[WorkerSpec], env: dict[str, str], metrics_port: int = 0,
+                 metrics_addr: str = "0.0.0.0"):
         self.specs = specs
         self.env = env
+        self.metrics_port = metrics_port
+        self.metrics_addr = metrics_addr
+        self.metrics_dir: Path | None = None
         self.procs: dict[WorkerSpec, subprocess.Popen] = {}
         self.started: dict[WorkerSpec, float] = {}
         self.backoff: dict[WorkerSpec, float] = {}
+        self.restarts: dict[WorkerSpec, int] = {}
         self.stopping = 0  # signals received
 
     def _start(self, spec: WorkerSpec) -> None:
         if spec.log_dir is not None:
             spec.log_dir.mkdir(parents=True, exist_ok=True)
-        self.procs[spec] = subprocess.Popen(spec.command(), env=spec.env(self.env), stdin=subprocess.DEVNULL)
+        env = spec.env(self.env)
+        if self.metrics_dir is not None:
+            env[MULTIPROC_ENV] = str(self.metrics_dir)
+        self.procs[spec] = subprocess.Popen(spec.command(), env=env, stdin=subprocess.DEVNULL)
         self.started[spec] = time.monotonic()
         log.info("started %s (pid %d) on queues %s", spec.hostname, self.procs[spec].pid, ",".join(spec.queues))
 
@@ -111,8 +129,19 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._signal)
         signal.signal(signal.SIGINT, self._signal)
-        for spec in self.specs:
-            self._start(spec)
+        server = self._serve_metrics()
+        try:
+            for spec in self.specs:
+                self._start(spec)
+            return self._watch()
+        finally:
+            if server is not None:
+                server.shutdown()
+            if self.metrics_dir is not None:
+                shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+    def _watch(self) -> int:
+        reaped_at = time.monotonic()
         while True:
             alive = [s for s, p in self.procs.items() if p.poll() is None]
             if self.stopping:
@@ -121,7 +150,37 @@ class Supervisor:
             else:
                 for spec in [s for s in self.specs if s not in alive]:
                     self._restart(spec)
+            if self.metrics_dir is not None and time.monotonic() - reaped_at > REAP_EVERY_S:
+                metrics.reap(self.metrics_dir)  # pool processes killed without their shutdown hook
+                reaped_at = time.monotonic()
             time.sleep(0.5)
+
+    def _serve_metrics(self):
+        """Start the metrics endpoint before any worker, in a fresh multiprocess folder."""
+        if not self.metrics_port:
+            return None
+        from farm.worker_metrics import SupervisorCollector, serve
+
+        self.metrics_dir = Path(tempfile.mkdtemp(prefix="farm-metrics-"))
+        try:
+            server = serve(self.metrics_port, self.metrics_dir,
+                           [SupervisorCollector(self.states, self.specs[0].target)], addr=self.metrics_addr)
+        except OSError as exc:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
+            raise FarmError(f"cannot serve metrics on port {self.metrics_port} (--metrics-port, metrics.port): "
+                            f"{exc.strerror or exc}") from None
+        log.info("metrics on http://%s:%d/metrics", self.metrics_addr, self.metrics_port)
+        return server
+
+    def states(self) -> list[WorkerState]:
+        """What farm_worker_up and farm_worker_restarts_total report."""
+        found = []
+        for spec in self.specs:
+            proc = self.procs.get(spec)
+            up = proc is not None and proc.poll() is None
+            found.append(WorkerState("+".join(spec.pools), spec.target, spec.device, up,
+                                     self.restarts.get(spec, 0), proc.pid if up else None))
+        return found
 
     def _restart(self, spec: WorkerSpec) -> None:
         ran = time.monotonic() - self.started[spec]
@@ -133,6 +192,7 @@ class Supervisor:
         while time.monotonic() < deadline and not self.stopping:
             time.sleep(0.2)
         if not self.stopping:
+            self.restarts[spec] = self.restarts.get(spec, 0) + 1
             self._start(spec)
 
 
@@ -170,7 +230,7 @@ class LocalPool:
 
     def command(self, device: int, farm_argv: list[str]) -> list[str]:
         return [*farm_argv, "worker", "--pool", self.pool, "--target", self.target, "--devices", str(device),
-                "--log-dir", str(self.dir)]
+                "--log-dir", str(self.dir), "--metrics-port", "0"]  # one port per host: see docs/operations.md
 
     def plan(self, n: int, farm_argv: list[str]) -> tuple[list[list[str]], list[int]]:
         """(commands to start, pids to stop) to go from what runs to n workers."""

@@ -25,7 +25,7 @@ pytest.importorskip("celery")
 # Short limits, so that a message whose worker was killed comes back within seconds: a chunk
 # here takes about 6 s (sandbox start and baseline, then a few candidates).
 FAST = {"FARM_QUEUE_VISIBILITY_TIMEOUT_S": "30", "FARM_QUEUE_CHUNK_TIME_LIMIT_S": "20",
-        "FARM_QUEUE_CHUNK_CANDIDATES": "2"}
+        "FARM_QUEUE_CHUNK_CANDIDATES": "2", "FARM_METRICS_PORT": "0"}
 EVALUATED = re.compile(r"evaluated run=(\S+) op=(\S+) candidate=(\S+)")
 
 

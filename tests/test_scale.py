@@ -129,7 +129,7 @@ def _wait(predicate, timeout: float, what: str):
 
 
 def test_worker_runs_one_masked_celery_worker_per_device_and_forwards_sigterm(tmp_path, redis_server):  # noqa: F811
-    env = {**os.environ, "FARM_QUEUE_BROKER_URL": redis_server.url()}
+    env = {**os.environ, "FARM_QUEUE_BROKER_URL": redis_server.url(), "FARM_METRICS_PORT": "0"}
     logs = tmp_path / "logs"
     proc = subprocess.Popen([sys.executable, "-m", "farm", "--set", "queue.chunk_candidates=3", "worker",
                              "--pool", "search", "--target", "cpu", "--devices", "0,1", "--log-dir", str(logs)],

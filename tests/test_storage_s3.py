@@ -117,7 +117,7 @@ def test_open_store_url(s3_server, monkeypatch):  # noqa: F811
     from farm.config import Settings
 
     store = open_store(f"s3://{s3_server.bucket}/pre/fix", Settings(s3=s3_server.settings()))
-    assert isinstance(store, S3Store) and store.prefix == "pre/fix"
+    assert isinstance(store.inner, S3Store) and store.prefix == "pre/fix"
     store.put_bytes("k.json", b"{}")
     assert s3_server.client().head_object(Bucket=s3_server.bucket, Key="pre/fix/k.json")
 

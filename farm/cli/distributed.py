@@ -246,6 +246,8 @@ def worker(
                                               "(for cpu: worker slots).")] = "0",
     log_dir: Annotated[Optional[Path], typer.Option(help="Write each worker's log to <dir>/<name>.log.")] = None,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    metrics_port: Annotated[Optional[int], typer.Option(
+        min=0, max=65535, help="Serve Prometheus metrics of all these workers here (0: off; default metrics.port).")] = None,
 ) -> None:
     """Run one Celery worker process per device, each with its device mask set before anything loads."""
     _need_celery()
@@ -254,12 +256,14 @@ def worker(
 
     if target not in TARGETS:
         raise FarmError(f"unknown target '{target}' (--target): use {', '.join(TARGETS)}")
-    settings(ctx)  # a bad config fails here, not in every child
+    cfg = settings(ctx)  # a bad config fails here, not in every child
     pools = _pools(pool)
     specs = [WorkerSpec(pools, target, d, loglevel, log_dir) for d in parse_devices(target, devices)]
+    port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "
-              f"{', '.join(specs[0].queues)}", highlight=False)
-    raise typer.Exit(Supervisor(specs, {**os.environ, **settings_env(ctx)}).run())
+              f"{', '.join(specs[0].queues)}" + (f"; metrics on :{port}" if port else ""), highlight=False)
+    supervisor = Supervisor(specs, {**os.environ, **settings_env(ctx)}, metrics_port=port, metrics_addr=cfg.metrics.addr)
+    raise typer.Exit(supervisor.run())
 
 
 @handle_errors

@@ -12,6 +12,8 @@ from farm.config import Settings
 app = Celery("farm", include=["farm.queue.tasks"])
 app.config_from_object("farm.queue.celeryconfig")
 
+import farm.queue.instrument  # noqa: E402,F401  (connects the task metrics to Celery's signals)
+
 
 @worker_process_init.connect
 def _allow_child_processes(**_) -> None:

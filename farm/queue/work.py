@@ -29,7 +29,7 @@ from typing import Any, Callable
 import redis
 from kombu.exceptions import OperationalError
 
-from farm import corpus
+from farm import corpus, metrics
 from farm.backends import DeviceSpec, resolve_device
 from farm.config import Settings, load_settings
 from farm.errors import FarmError, IntegrityError, StorageError
@@ -281,17 +281,19 @@ def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int)
         device = worker_device(spec.target)
         [ref] = corpus.find_tasks(e.settings, [source], [op])
         data = load_reference(e.store, source, op)
+        events = CandidateLog(run, source, op, spec.target)
         search = ChunkSearch(ref, data, e.store, run, spec.target, [device],
                              [load_generator(g) for g in spec.generators], spec.search_config(),
-                             on_event=_log_candidate(run, source, op),
-                             chunk_seconds=e.settings.queue.chunk_time_limit_s / 2)
+                             on_event=events, chunk_seconds=e.settings.queue.chunk_time_limit_s / 2)
         state = search.restore()
         if state and state["status"] != "done" and search.chunks_done > chunk:
             # this chunk was done by an earlier delivery that died before its done mark:
             # make sure its continuation exists (a duplicate of it is harmless)
             return {"chunk": chunk, "next": enqueue_search(spec, source, op, search.chunks_done)}
         update_op(e.store, run, source, op, phase="searching", worker=delivery.hostname)
+        started = time.monotonic()
         outcome = search.step(max_chunks=1)
+        events.chunk_done(time.monotonic() - started)
         progress = _progress(search)
         if outcome is not None:
             phase = "failed" if outcome.status == "failed" else "done"
@@ -307,9 +309,39 @@ def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int)
     return run_task("search", delivery, run, source, op, body)
 
 
-def _log_candidate(run: str, source: str, op: str) -> Callable[[str, dict], None]:
-    def on_event(kind: str, info: dict) -> None:
-        if kind == "candidate":
-            log.info("evaluated run=%s op=%s/%s candidate=%s verdict=%s", run, source, op, info["id"], info["verdict"])
+class CandidateLog:
+    """Logs each evaluated candidate and records it in the metrics: its verdict, the time of each
+    evaluation stage, the op's best speedup, and how busy the device was over the chunk."""
 
-    return on_event
+    STAGES = ("compile", "verify", "time")
+
+    def __init__(self, run: str, source: str, op: str, target: str):
+        self.run, self.source, self.op, self.target = run, source, op, target
+        self.busy_s: dict[str, float] = {}  # device -> seconds in evaluation stages this chunk
+
+    def __call__(self, kind: str, info: dict) -> None:
+        if kind != "candidate":
+            return
+        log.info("evaluated run=%s op=%s/%s candidate=%s verdict=%s", self.run, self.source, self.op,
+                 info["id"], info["verdict"])
+        metrics.CANDIDATES.labels(self.target, self.source, self.op, info.get("generator") or "unknown",
+                                  info["verdict"]).inc()
+        stages = info.get("stage_s") or {}
+        for stage in self.STAGES:
+            if stage in stages:
+                metrics.STAGE_SECONDS.labels(self.target, stage).observe(stages[stage])
+        device = metrics.device_label() or info.get("device") or ""
+        self.busy_s[device] = self.busy_s.get(device, 0.0) + sum(stages.get(s, 0.0) for s in self.STAGES)
+        if info["verdict"] == "pass" and info.get("speedup_vs_model"):
+            key = (self.target, self.source, self.op)
+            _best_seen[key] = max(info["speedup_vs_model"], _best_seen.get(key, 0.0))
+            metrics.BEST_SPEEDUP.labels(*key).set(_best_seen[key])
+
+    def chunk_done(self, wall_s: float) -> None:
+        for device, busy in self.busy_s.items():
+            metrics.DEVICE_BUSY.labels(self.target, device).set(min(1.0, busy / max(wall_s, 1e-9)))
+        self.busy_s.clear()
+
+
+# this process's best per (target, source, op); the gauge's 'max' mode takes the max over processes
+_best_seen: dict[tuple[str, str, str], float] = {}

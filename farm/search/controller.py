@@ -233,7 +233,9 @@ class OpSearch:
         finally:
             pool.put(evaluator)
         self.on_event("candidate", {"id": rec.id, "verdict": rec.verdict, "time_ms": rec.time_ms,
-                                    "generator": rec.generator, "submitted": self.db.submitted})
+                                    "generator": rec.generator, "submitted": self.db.submitted,
+                                    "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
+                                    "device": rec.device})
 
     def _window_update(self) -> None:
         done = sum(1 for r in self.db.records.values() if r.verdict != "pending")

@@ -13,23 +13,25 @@ from farm.config import Settings
 from farm.errors import FarmError
 from farm.storage.base import ObjectInfo, Store, validate_key
 from farm.storage.local import FileStore
+from farm.storage.metered import MeteredStore
 
 __all__ = ["ObjectInfo", "Store", "open_store", "open_folder", "validate_key"]
 
 
 def open_store(url: str, settings: Settings | None = None) -> Store:
+    """The store at `url`, counted in the storage metrics (farm.storage.metered)."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
         path = (parsed.netloc + parsed.path) if parsed.netloc not in ("", "localhost") else parsed.path
-        return FileStore(Path(path).expanduser())
+        return MeteredStore(FileStore(Path(path).expanduser()), "file")
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise FarmError(f"store URL {url!r} names no bucket (s3://bucket/prefix)")
         from farm.storage.s3 import S3Store  # boto3 is an optional dependency
 
-        return S3Store(parsed.netloc, parsed.path.strip("/"), (settings or Settings()).s3)
+        return MeteredStore(S3Store(parsed.netloc, parsed.path.strip("/"), (settings or Settings()).s3), "s3")
     if parsed.scheme == "" and url:
-        return FileStore(Path(url).expanduser())
+        return MeteredStore(FileStore(Path(url).expanduser()), "file")
     raise FarmError(f"unsupported store URL {url!r} (--store): use file:///path or s3://bucket/prefix")
 
 

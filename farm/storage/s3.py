@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from farm import metrics
 from farm.config import S3Settings
 from farm.errors import FarmError, IntegrityError, StorageError
 from farm.storage.base import CHUNK, ObjectInfo, Store, dump_json, sha256_file, validate_key
@@ -78,7 +79,16 @@ def _client(s3: S3Settings):
         keys = {"aws_access_key_id": s3.access_key_id, "aws_secret_access_key": s3.secret_access_key}
     # A private session: the default one is shared module state and not thread-safe to build.
     session = boto3.session.Session(region_name=s3.region or None)
-    return session.client("s3", endpoint_url=s3.endpoint_url or None, config=config, **keys)
+    client = session.client("s3", endpoint_url=s3.endpoint_url or None, config=config, **keys)
+    client.meta.events.register("request-created.s3", _count_retry)
+    return client
+
+
+def _count_retry(request=None, **_) -> None:
+    """botocore builds a new request for every attempt; attempts after the first are retries."""
+    attempt = ((getattr(request, "context", None) or {}).get("retries") or {}).get("attempt", 1)
+    if attempt > 1:
+        metrics.STORAGE_RETRIES.labels("s3", "request").inc()
 
 
 class S3Store(Store):
@@ -313,6 +323,7 @@ class S3Store(Store):
                 # 412: someone wrote first; 409: a concurrent conditional write; 404: deleted meanwhile.
                 if _code(exc.__cause__) not in CONFLICT | MISSING:
                     raise
+            metrics.STORAGE_RETRIES.labels("s3", "conflict").inc()
             _backoff(attempt)
         raise StorageError(f"{self._where(key)}: update gave up after {UPDATE_ATTEMPTS} attempts (too many writers)")
 
@@ -329,6 +340,7 @@ class S3Store(Store):
                 return new  # nobody wrote after us
             if mutate(copy.deepcopy(seen)) == seen:
                 return seen  # a later writer's version already holds our change
+            metrics.STORAGE_RETRIES.labels("s3", "conflict").inc()
             _backoff(attempt)
         raise StorageError(f"{self._where(key)}: update gave up after {UPDATE_ATTEMPTS} attempts (too many writers)")
 
