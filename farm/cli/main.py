@@ -8,7 +8,7 @@ import typer
 
 from farm import __version__
 from farm.cli import cache, config_cmd, eval_cmd, lint, ops, reference, search
-from farm.cli import distributed
+from farm.cli import distributed, exporter_cmd
 from farm.cli.common import parse_sets, setup_logging
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ app.command("cancel")(distributed.cancel)
 app.command("workers")(distributed.workers)
 app.command("worker")(distributed.worker)
 app.command("scale")(distributed.scale)
+app.command("exporter")(exporter_cmd.exporter)
 
 
 def _version(value: bool) -> None:
