@@ -4,6 +4,7 @@ collector count, and that the multiprocess sums survive a killed process."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -191,3 +192,33 @@ def test_device_tool_outputs_parse():
 def test_cuda_probe_without_nvidia_smi_reports_nothing(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert DeviceProbe("cuda").stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
+
+
+def test_names_follow_prometheus_conventions_and_labels_stay_bounded():
+    from prometheus_client.metrics import MetricWrapperBase
+
+    found = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
+    assert len(found) == 13
+    unbounded = {"id", "candidate", "candidate_id", "task_id", "path", "key", "error", "message", "pid"}
+    for m in found:
+        assert re.fullmatch(r"farm_[a-z_]+", m._name), m._name
+        assert not m._name.endswith("_total"), f"{m._name}: prometheus_client adds _total to counters"
+        if m._type == "histogram" or m._name.endswith("_seconds"):
+            assert m._name.endswith("_seconds"), m._name
+        assert not set(m._labelnames) & unbounded, m._name
+        if "run" in m._labelnames:  # a run id only where the value drops when the task ends
+            assert m._name == "farm_worker_current_task"
+
+
+def test_amqp_queue_lengths_through_kombu(monkeypatch):
+    from kombu import Connection
+
+    from farm.exporter import amqp_queue_lengths
+
+    url = "memory://farm-exporter-test"
+    with Connection(url) as conn:
+        queue = conn.SimpleQueue("search.ascend")
+        queue.put({"n": 1})
+        queue.put({"n": 2})
+        assert amqp_queue_lengths(url, ["search.ascend", "search.cuda"]) == {"search.ascend": 2, "search.cuda": 0}
+        queue.close()
