@@ -209,6 +209,8 @@ def run_families(views: list[dict[str, Any]]) -> list:
                 labels=["run", "source", "op"])
     op_updated = g("farm_run_op_last_progress_timestamp_seconds", "When an op last reported progress.",
                    labels=["run", "source", "op"])
+    op_verdicts = g("farm_run_op_verdict_candidates", "Candidates of an op evaluated, by verdict (as of its last "
+                    "finished chunk).", labels=["run", "source", "op", "verdict"])
     for v in views:
         run, spec = v["run"], v["spec"]
         info.add_metric([run, spec["source"], spec["target"], v["status"]], 1)
@@ -229,7 +231,10 @@ def run_families(views: list[dict[str, Any]]) -> list:
                 op_best.add_metric(key, r["best_speedup"])
             if (t := _ts(r["updated_at"])) is not None:
                 op_updated.add_metric(key, t)
-    return [info, ops, tried, passed, budget, eta, progress, op_phase, op_tried, op_passed, op_best, op_updated]
+            for verdict, n in (r.get("verdicts") or {}).items():
+                op_verdicts.add_metric([*key, verdict], n)
+    return [info, ops, tried, passed, budget, eta, progress, op_phase, op_tried, op_passed, op_best, op_updated,
+            op_verdicts]
 
 
 def _redis_client(url: str):

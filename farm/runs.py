@@ -152,7 +152,7 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
                      "best_speedup": st.get("best_speedup"), "best_time_ms": st.get("best_time_ms"),
                      "worker": st.get("worker", ""), "redeliveries": st.get("redeliveries", 0),
                      "started_at": st.get("started_at"), "updated_at": st.get("updated_at"),
-                     "error": st.get("error", "")})
+                     "error": st.get("error", ""), "verdicts": st.get("verdicts", {})})
     totals = _totals(rows, spec)
     status = "cancelled" if doc.get("cancelled_at") else ("finished" if totals["finished"] == len(rows) else "running")
     return {"run": run, "store": store.url, "status": status, "spec": spec.params(), "created_at": spec.created_at,

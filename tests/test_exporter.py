@@ -64,7 +64,8 @@ def test_run_progress_and_the_finished_window(broker, tmp_path):
     settings = load_settings()[0]
     store = open_store(settings.store, settings)
     save_run(store, _spec("live", ["row_sum", "swiglu"]))
-    update_op(store, "live", "demo", "row_sum", phase="searching", tried=4, passed=3, best_speedup=1.25)
+    update_op(store, "live", "demo", "row_sum", phase="searching", tried=4, passed=3, best_speedup=1.25,
+              verdicts={"pass": 3, "incorrect": 1})
     update_op(store, "live", "demo", "swiglu", phase="done", tried=8, passed=8, best_speedup=2.0)
     save_run(store, _spec("old", ["row_sum"]))
     update_op(store, "old", "demo", "row_sum", phase="done", tried=8, passed=1, best_speedup=1.0)
@@ -75,6 +76,8 @@ def test_run_progress_and_the_finished_window(broker, tmp_path):
     assert got[("farm_run_ops", (("phase", "searching"), ("run", "live")))] == 1
     assert got[("farm_run_op_best_speedup", (("op", "row_sum"), ("run", "live"), ("source", "demo")))] == 1.25
     assert got[("farm_run_op_phase", (("op", "swiglu"), ("phase", "done"), ("run", "live"), ("source", "demo")))] == 1
+    assert got[("farm_run_op_verdict_candidates",
+                (("op", "row_sum"), ("run", "live"), ("source", "demo"), ("verdict", "incorrect")))] == 1
     assert abs(got[("farm_run_last_progress_timestamp_seconds", (("run", "live"),))] - time.time()) < 60
     assert ("farm_run_info", (("run", "old"), ("source", "demo"), ("status", "finished"), ("target", "cpu"))) in got
     # a finished run drops out after the window; a running one never does

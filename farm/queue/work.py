@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -270,8 +271,10 @@ class ChunkSearch(OpSearch):
 
 def _progress(search: OpSearch) -> dict[str, Any]:
     best = search.db.best()
+    verdicts = Counter(r.verdict for r in search.db.records.values() if r.verdict != "pending")
     return {"chunk": search.chunks_done, "tried": search.db.submitted, "passed": len(search.db.passing()),
-            "best_speedup": best.speedup_vs_model if best else None, "best_time_ms": best.time_ms if best else None}
+            "best_speedup": best.speedup_vs_model if best else None, "best_time_ms": best.time_ms if best else None,
+            "verdicts": dict(sorted(verdicts.items()))}
 
 
 def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int) -> dict[str, Any]:
