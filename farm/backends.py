@@ -37,7 +37,10 @@ class Backend:
 
 
 BACKENDS: dict[str, Backend] = {
-    "cuda": Backend("cuda", "cuda", "CUDA_VISIBLE_DEVICES", 256 * 1024**2),
+    # PCI order, so that index N is the GPU nvidia-smi (and the metrics) call N; CUDA's default
+    # order puts the fastest first, which differs on mixed hosts.
+    "cuda": Backend("cuda", "cuda", "CUDA_VISIBLE_DEVICES", 256 * 1024**2,
+                    child_env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
     # ASCEND_RT_VISIBLE_DEVICES takes logical ids in ascending order; the device is then npu:0.
     "ascend": Backend("ascend", "npu", "ASCEND_RT_VISIBLE_DEVICES", 192 * 1024**2),
     # Hide GPUs from CPU children so nothing initialises a device by accident.

@@ -9,10 +9,10 @@ from farm.errors import FarmError
 
 @pytest.mark.parametrize("text, label, torch_dev, env", [
     ("cpu", "cpu", "cpu", {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}),
-    ("cuda:3", "cuda:3", "cuda:0", {"CUDA_VISIBLE_DEVICES": "3"}),
+    ("cuda:3", "cuda:3", "cuda:0", {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
     ("npu:2", "ascend:2", "npu:0", {"ASCEND_RT_VISIBLE_DEVICES": "2"}),
     ("ascend", "ascend:0", "npu:0", {"ASCEND_RT_VISIBLE_DEVICES": "0"}),
-    ("5", "cuda:5", "cuda:0", {"CUDA_VISIBLE_DEVICES": "5"}),
+    ("5", "cuda:5", "cuda:0", {"CUDA_VISIBLE_DEVICES": "5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),
 ])
 def test_device_resolution_pins_one_device_per_process(text, label, torch_dev, env):
     spec = resolve_device(text, default_target="cuda")
