@@ -89,3 +89,64 @@ def test_grid_enumerates_the_space_of_a_corpus_task():
     points = grid(model_as_candidate(task.read_text()), "cuda")
     assert len(points) == len(set(points)) > 10
     assert all("class ModelNew" in p for p in points)
+
+
+NO_WARPS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        _scale[(1,)](
+            x,
+            x.numel(),
+            BLOCK=1024,
+        )
+        return x
+'''
+
+
+def test_absent_num_warps_is_inserted_on_cuda_only():
+    import ast
+
+    [knob] = [k for k in find_knobs(NO_WARPS) if k.kind == "warps"]
+    assert knob.name == "_scale.num_warps" and knob.value == 4  # Triton's default
+    new = apply(NO_WARPS, {knob: 16})
+    assert "BLOCK=1024, num_warps=16," in new
+    ast.parse(new)
+    assert "_scale.num_warps" in {k.name for k, _ in space(NO_WARPS, "cuda")}
+    assert "_scale.num_warps" not in {k.name for k, _ in space(NO_WARPS, "cpu")}
+    # an autotuned kernel's configs set num_warps: its launch must not
+    assert not any(k.name == "_k.num_warps" for k in find_knobs(SOURCE))
+
+
+def test_tile_moves_scale_block_and_warps_together():
+    ctx = Context(task_source="", op="x", source="s", target="cuda", rng=random.Random(5))
+    gen = TuneGenerator(crossover_rate=0.0, tile_move_rate=1.0)
+    parent = Candidate("c1", NO_WARPS, "tune", "pass", 1.0)
+    notes = [p.note for _ in range(10) for p in gen.propose(parent, [], ctx)]
+    assert notes and all(n.startswith("tile x") for n in notes)
+    for prop in gen.propose(parent, [], ctx, n=3):
+        knobs = {k.name: k.value for k in find_knobs(prop.source)}
+        block, warps = knobs["_scale.BLOCK"], knobs["_scale.num_warps"]
+        if 1 < warps < 32:  # not clamped: the elements per thread are those of the parent
+            assert block // warps == 1024 // 4
+
+
+def test_tile_seeds_reach_a_whole_long_row_on_cuda():
+    from pathlib import Path
+
+    task = (Path(__file__).resolve().parent.parent / "tasks" / "vllm_triton" / "log_softmax_kernel.py").read_text()
+    cuda = TuneGenerator().seeds(Context(task_source=task, op="x", source="s", target="cuda"))
+    values = [{k.name.split(".")[-1]: k.value for k in find_knobs(p.source)} for p in cuda]
+    assert values[0] == {"BLOCK_SIZE": 1024, "num_warps": 4}  # the original first
+    # 32000 columns in one block of 32 warps: past the old limits (16384, 16 warps)
+    assert {"BLOCK_SIZE": 32768, "num_warps": 32} in values
+    assert len(TuneGenerator().seeds(Context(task_source=task, op="x", source="s", target="cpu"))) == 1

@@ -7,6 +7,13 @@ lists. Only power-of-two block sizes are moved (tl.arange needs them); a value c
 the input (`triton.next_power_of_2(n)`) is left alone, since replacing it could break
 correctness for other shapes. Edits replace exact source spans, so everything else in the
 file stays as written.
+
+One knob may be absent from the source: a CUDA launch of a kernel without `num_warps`
+(and without @triton.autotune, whose configs set it) runs with Triton's default of 4 warps,
+and tune inserts `num_warps=` there. Memory-bound kernels often need a large tile and many
+warps together, several single knob steps away from the original: on CUDA, tune also seeds
+the original with its tiles scaled x8 and x32, and a tile move scales one block size and its
+kernel's warps by the same power of two in one step.
 """
 
 from __future__ import annotations
@@ -18,12 +25,22 @@ from dataclasses import dataclass
 from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
 from farm.pyast import dotted_name as _dotted
 
-WARPS = (1, 2, 4, 8, 16)
+# 32 warps (1024 threads, the CUDA limit per program): a whole long row per program needs them
+WARPS = (1, 2, 4, 8, 16, 32)
 STAGES = (1, 2, 3, 4, 5)
-# Largest block per target: CUDA registers/shared memory; the Ascend unified buffer (96 KB
-# live, ~3 fp32 tensors); the CPU interpreter, where big blocks are merely slow.
-MAX_BLOCK = {"cuda": 16384, "ascend": 8192, "cpu": 4096}
+DEFAULT_WARPS = 4  # Triton's num_warps when a launch names none
+# Largest block per target: CUDA registers (32768 fp32 over 32 warps is 32 registers a thread:
+# a 32k-column row held whole); the Ascend unified buffer (96 KB live, ~3 fp32 tensors); the
+# CPU interpreter, where big blocks are merely slow.
+MAX_BLOCK = {"cuda": 32768, "ascend": 8192, "cpu": 4096}
 MIN_BLOCK = 1
+BLOCK_WINDOW = 32  # a block knob moves within [value / 32, value * 32]
+TILE_MOVE_RATE = 0.35  # share of mutations that are tile moves (block and warps scaled together)
+TILE_STEPS = (-2, -1, 1, 2, 3, 4, 5)  # log2 of a tile move's factor: mostly up, memory-bound tiles grow
+# Tile factors of the extra seeds (the original with wide tiles): originals often keep a tile
+# sized for small shapes (vLLM's log_softmax: 1024 columns for any vocabulary), and a search of
+# 8-12 candidates spread over several lineages rarely walks that far from the original.
+TILE_SEEDS = (8, 32)
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,12 @@ class Knob:
     end_line: int
     end_col: int
     value: int | None  # current literal value (None: an expression that will be replaced)
+    insert: str = ""  # absent from the source: text written before the value at an empty span
+
+    @property
+    def kernel(self) -> str:
+        """The launch or triton.Config the knob belongs to ("_k" of "_k.BLOCK")."""
+        return self.name.rsplit(".", 1)[0]
 
     def choices(self, target: str) -> tuple[int, ...]:
         if self.kind == "warps":
@@ -42,8 +65,8 @@ class Knob:
         if self.kind == "stages":
             return STAGES
         top = MAX_BLOCK.get(target, 16384)
-        lo = max(MIN_BLOCK, (self.value or 16) // 16)
-        hi = min(top, max((self.value or 16) * 16, 16))
+        lo = max(MIN_BLOCK, (self.value or 16) // BLOCK_WINDOW)
+        hi = min(top, max((self.value or 16) * BLOCK_WINDOW, 16))
         return tuple(v for v in (2**i for i in range(0, 17)) if lo <= v <= hi)
 
 
@@ -66,6 +89,13 @@ def _kernels(tree: ast.Module) -> dict[str, set[str]]:
     return found
 
 
+def _autotuned(tree: ast.Module) -> set[str]:
+    """Kernels under @triton.autotune: their configs set num_warps, a launch must not."""
+    return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+            and any(_dotted(d.func if isinstance(d, ast.Call) else d).endswith("autotune")
+                    for d in node.decorator_list)}
+
+
 def _literal_binding(name: str, scopes: list[ast.AST]) -> ast.Constant | None:
     """The int literal a name is bound to, if it is bound exactly once in the nearest scope."""
     for scope in scopes:
@@ -86,6 +116,7 @@ def _span_knob(name: str, kind: str, node: ast.AST, value: int | None) -> Knob:
 def find_knobs(source: str) -> list[Knob]:
     tree = ast.parse(source)
     kernels = _kernels(tree)
+    autotuned = _autotuned(tree)
     knobs: dict[tuple, Knob] = {}
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
@@ -105,6 +136,8 @@ def find_knobs(source: str) -> list[Knob]:
             kname = func.value.id
             for kw in node.keywords:
                 _launch_knob(knobs, kname, kw, kernels[kname], scopes_of(node))
+            if kname not in autotuned:
+                _absent_warps_knob(knobs, kname, node)
         elif _dotted(func).endswith("Config"):
             _config_knobs(knobs, node)
     return sorted(knobs.values(), key=lambda k: (k.line, k.col))
@@ -127,6 +160,20 @@ def _launch_knob(knobs: dict, kname: str, kw: ast.keyword, constexprs: set[str],
             bound = _literal_binding(kw.value.id, scopes)
             if bound is not None:
                 knobs[(bound.lineno, bound.col_offset)] = _span_knob(f"{kname}.{kw.arg}", "block", bound, bound.value)
+
+
+def _absent_warps_knob(knobs: dict, kname: str, call: ast.Call) -> None:
+    """num_warps for a launch that names none: an empty span after its last argument, where
+    `, num_warps=N` is inserted; its value is Triton's default, so moves start from there."""
+    if any(kw.arg == "num_warps" or kw.arg is None for kw in call.keywords):  # None: **kwargs may hold it
+        return
+    last = max(call.args + [kw.value for kw in call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset),
+               default=None)
+    if last is None:
+        return
+    knobs[(last.end_lineno, last.end_col_offset)] = Knob(f"{kname}.num_warps", "warps", last.end_lineno,
+                                                         last.end_col_offset, last.end_lineno, last.end_col_offset,
+                                                         DEFAULT_WARPS, insert=", num_warps=")
 
 
 def _config_knobs(knobs: dict, call: ast.Call) -> None:
@@ -153,7 +200,7 @@ def apply(source: str, assignment: dict[Knob, int]) -> str:
     lines = source.splitlines(keepends=True)
     for knob in sorted(assignment, key=lambda k: (k.line, k.col), reverse=True):
         first, last = lines[knob.line - 1], lines[knob.end_line - 1]
-        new = first[: knob.col] + str(assignment[knob]) + last[knob.end_col:]
+        new = first[: knob.col] + knob.insert + str(assignment[knob]) + last[knob.end_col:]
         lines[knob.line - 1: knob.end_line] = [new]
     return "".join(lines)
 
@@ -169,18 +216,55 @@ def grid(source: str, target: str, limit: int = 4096) -> list[str]:
     return [apply(source, dict(zip((k for k, _ in dims), p))) for p in points]
 
 
+def tile_scaled(dims, factor: float) -> dict[Knob, int]:
+    """Every kernel's first literal block knob and its literal warps knob times factor (within
+    their choices): the same work per thread over a larger (smaller) tile."""
+    assignment: dict[Knob, int] = {}
+    scaled_kernels = set()
+    for knob, choices in dims:
+        if knob.kind == "block" and knob.value is not None and knob.kernel not in scaled_kernels:
+            scaled_kernels.add(knob.kernel)
+            assignment[knob] = _clamp(choices, knob.value * factor)
+    for knob, choices in dims:
+        if knob.kind == "warps" and knob.value is not None and knob.kernel in scaled_kernels:
+            assignment[knob] = _clamp(choices, knob.value * factor)
+    return {k: v for k, v in assignment.items() if v != k.value}
+
+
+def _clamp(choices: tuple[int, ...], value: float) -> int:
+    """The choice nearest to value (choices are powers of two, value a power-of-two multiple)."""
+    return min(choices, key=lambda c: abs(c - value))
+
+
 class TuneGenerator(Generator):
     name = "tune"
 
-    def __init__(self, max_knobs_per_step: int = 2, crossover_rate: float = 0.3):
+    def __init__(self, max_knobs_per_step: int = 2, crossover_rate: float = 0.3,
+                 tile_move_rate: float = TILE_MOVE_RATE, tile_seeds: tuple[int, ...] = TILE_SEEDS):
         self.max_knobs_per_step = max_knobs_per_step
         self.crossover_rate = crossover_rate
+        self.tile_move_rate = tile_move_rate
+        self.tile_seeds = tuple(tile_seeds)
 
     def seeds(self, ctx: Context) -> list[Proposal]:
-        """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate)."""
+        """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate), and
+        the original with every kernel's tile scaled by each of tile_seeds (see tile_scaled)."""
         if not _kernels(ast.parse(ctx.task_source)):
             return []
-        return [Proposal(model_as_candidate(ctx.task_source), self.name, "the original Model")]
+        original = model_as_candidate(ctx.task_source)
+        out = [Proposal(original, self.name, "the original Model")]
+        # CUDA only: the interpreter's times only order candidates roughly, and Ascend's tiles
+        # are bounded by its unified buffer, not by warps
+        dims = space(original, ctx.target) if ctx.target == "cuda" else []
+        for factor in self.tile_seeds:
+            assignment = tile_scaled(dims, factor)
+            if assignment:
+                source = apply(original, assignment)
+                if all(p.source != source for p in out):
+                    note = f"the original, tile x{factor}: " + ", ".join(f"{k.name} {k.value}->{v}"
+                                                                        for k, v in assignment.items())
+                    out.append(Proposal(source, self.name, note))
+        return out
 
     def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
         dims = space(parent.source, ctx.target)
@@ -191,6 +275,8 @@ class TuneGenerator(Generator):
             if len(out) >= n:
                 break
             proposal = self._crossover(parent, inspirations, dims, ctx) if ctx.rng.random() < self.crossover_rate else None
+            if proposal is None and ctx.rng.random() < self.tile_move_rate:
+                proposal = self._tile_move(parent, dims, ctx)
             proposal = proposal or self._mutate(parent, dims, ctx)
             if proposal and proposal.source != parent.source and all(p.source != proposal.source for p in out):
                 out.append(proposal)
@@ -212,6 +298,23 @@ class TuneGenerator(Generator):
         if not assignment:
             return None
         return Proposal(apply(parent.source, assignment), self.name, ", ".join(notes))
+
+    def _tile_move(self, parent: Candidate, dims, ctx: Context) -> Proposal | None:
+        """One block size of one kernel and that kernel's warps, both times 2**k: the elements
+        each thread handles stay the same while the tile grows (or shrinks). Single steps
+        would need several generations to get there, more than a small budget has."""
+        blocks = [(k, c) for k, c in dims if k.kind == "block" and k.value is not None]
+        if not blocks:
+            return None
+        block = ctx.rng.choice(blocks)
+        step = ctx.rng.choice(TILE_STEPS)
+        # that block knob first, so that tile_scaled scales it (and no other of its kernel)
+        kernel_dims = [block] + [d for d in dims if d[0].kernel == block[0].kernel and d[0] != block[0]]
+        assignment = tile_scaled(kernel_dims, 2.0**step)
+        if not assignment:
+            return None
+        note = f"tile x{2.0**step:g}: " + ", ".join(f"{k.name} {k.value}->{v}" for k, v in assignment.items())
+        return Proposal(apply(parent.source, assignment), self.name, note)
 
     def _crossover(self, parent: Candidate, inspirations: list[Candidate], dims, ctx: Context) -> Proposal | None:
         """Take some knob values from an inspiration that has the same knobs (same structure)."""
