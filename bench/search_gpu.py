@@ -9,7 +9,7 @@ perf: for every task of the given sources, target cuda: reference data, a farm s
 grid: every point of tune's knob space for some tasks, measured by the evaluator: the table
       that bench/search_replay.py replays to compare farm search with random search.
 
-usage: python bench/search_gpu.py perf OUT --sources demo sglang --max-tasks 24 --generators tune,port
+usage: python bench/search_gpu.py perf OUT --sources demo sglang --max-tasks 24 --generators tune,port [--flush clean]
        python bench/search_gpu.py grid OUT --ops demo/row_sum sglang/triton_tanh
 """
 
@@ -40,13 +40,13 @@ SPEC = resolve_device("cuda:0")
 LARGE_BYTES = 64 * 2**20  # "large" memory-bound task: at least this much traffic
 
 
-def copy_bandwidth() -> float:
+def copy_bandwidth(flush: str = "write") -> float:
     """Bytes read + written per second by a large device-to-device copy."""
     import torch
 
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    stats = timing.measure(lambda: dst.copy_(src), timing.DeviceTimer(SPEC), min_reps=20)
+    stats = timing.measure(lambda: dst.copy_(src), timing.DeviceTimer(SPEC, flush), min_reps=20)
     return 2 * src.numel() / (stats.median_ms / 1e3)
 
 
@@ -62,7 +62,7 @@ def _nbytes(values) -> int:
     return total
 
 
-def compiled_reference_child(report, ref: corpus.TaskRef, pt_path: str) -> dict:
+def compiled_reference_child(report, ref: corpus.TaskRef, pt_path: str, flush: str = "write") -> dict:
     """In a child: torch.compile(Reference, mode="max-autotune") timed like every candidate."""
     import torch
 
@@ -79,7 +79,7 @@ def compiled_reference_child(report, ref: corpus.TaskRef, pt_path: str) -> dict:
         compiled(*inputs)
         torch.cuda.synchronize()
         compile_s = time.time() - started
-        stats = timing.measure(lambda: compiled(*inputs), timing.DeviceTimer(SPEC))
+        stats = timing.measure(lambda: compiled(*inputs), timing.DeviceTimer(SPEC, flush))
     return {"compile_ms": stats.median_ms, "compile_time_s": compile_s}
 
 
@@ -89,12 +89,13 @@ def busy(report: dict, wall_s: float) -> dict:
             "candidates_per_device_minute": len(report["candidates"]) / (wall_s / 60) if wall_s else 0}
 
 
-def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: list[str] | None = None) -> None:
+def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: list[str] | None = None,
+         flush: str = "write") -> None:
     settings, _ = load_settings()
     store = open_store(f"file://{tempfile.mkdtemp(prefix='farm-bench-')}")
     refs = [r for r in corpus.find_tasks(settings, sources) if not only or r.key in only]
     made = {(r["source"], r["op_name"]): r for r in generate_references(refs, store, SPEC, 0, "bench", 600)}
-    copy_bw = copy_bandwidth()
+    copy_bw = copy_bandwidth(flush)
     rows = []
     # inductor: the default mode only here; max-autotune seeds cost minutes per op
     gens = [load_generator(g, modes=("default",)) if g == "inductor" else load_generator(g)
@@ -106,12 +107,12 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: l
         data = load_reference(store, ref.source, ref.op)
         t0 = time.time()
         outcome = search_op(ref, data, store, "bench", "cuda", [SPEC], gens,
-                            SearchConfig(max_tasks=max_tasks, max_concurrent=2, chunk_size=8))
+                            SearchConfig(max_tasks=max_tasks, max_concurrent=2, chunk_size=8, flush=flush))
         wall = time.time() - t0
         report = json.loads(store.get_bytes(f"runs/bench/{ref.source}/{ref.op}/report.json"))
         pt = Path(tempfile.mkdtemp()) / "ref.pt"
         store.get_file(f"refs/{ref.source}/{ref.op}.pt", pt)
-        comp = run_in_child(compiled_reference_child, (ref, str(pt)), timeout_s=600, env=SPEC.child_env())
+        comp = run_in_child(compiled_reference_child, (ref, str(pt), flush), timeout_s=600, env=SPEC.child_env())
         traffic = _nbytes(data["inputs"]) + _nbytes(data["outputs"])
         task = corpus.load_task(ref)
         failures = [f"{c['id']} {c['generator']} {c['verdict']}: {(c['error'] or '')[:300]}"
@@ -119,7 +120,8 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: l
         row = {"task": ref.key, **outcome.as_dict(), "search": busy(report, wall), "failures": failures[:5],
                "compile_ms": comp.value["compile_ms"] if comp.ok else None,
                "compile_error": "" if comp.ok else comp.error[-300:],
-               "bytes": traffic, "memory_bound": "memory-bound" in task.tags, "copy_bw_bytes_s": copy_bw}
+               "bytes": traffic, "memory_bound": "memory-bound" in task.tags, "copy_bw_bytes_s": copy_bw,
+               "flush": flush}
         best = outcome.best_time_ms
         if best:
             row["bandwidth_fraction"] = traffic / (best / 1e3) / copy_bw
@@ -170,9 +172,11 @@ def main() -> None:
     parser.add_argument("--max-tasks", type=int, default=24)
     parser.add_argument("--only", nargs="*", help="perf: only these source/op names")
     parser.add_argument("--generators", default="tune,port")
+    parser.add_argument("--flush", choices=timing.FLUSH_MODES, default="write",
+                        help="the timer's cache flush for every figure (farm.timing)")
     args = parser.parse_args()
     if args.mode == "perf":
-        perf(args.out, args.sources, args.max_tasks, args.generators, args.only)
+        perf(args.out, args.sources, args.max_tasks, args.generators, args.only, args.flush)
     else:
         grid(args.out, args.ops)
 

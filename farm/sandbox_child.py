@@ -255,6 +255,7 @@ class Runner:
 
         options = dict(options)
         method = options.pop("method", "events")
+        self.timer.flush_mode = timing.check_flush(options.pop("flush", "write"))
         self.launches.reset()
         probe_ms: list[float] = []
         try:

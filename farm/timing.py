@@ -4,8 +4,13 @@ One recipe for every target, after Triton's do_bench and the public evaluation f
 
 1. one call to warm up (compilation, autotuning, allocator), then calls for a warm-up
    budget in milliseconds;
-2. before every repetition, overwrite a flush buffer larger than the device's cache
-   (256 MB on CUDA, 192 MB on Ascend) so no repetition reads warm cache;
+2. before every repetition, sweep a flush buffer larger than the device's cache (256 MB on
+   CUDA, 192 MB on Ascend) so no repetition reads warm cache. flush="write" (the default)
+   overwrites it, as do_bench does; flush="clean" reads it (a sum) instead. A written buffer
+   leaves up to the whole L2 (50 MB on an H100) dirty, and the timed call pays for writing it
+   back: a 64 MiB copy then reaches only 80% of the bandwidth of a 2 GiB one. A read leaves
+   clean lines, and the previous call's dirty outputs are written back during the sweep, so
+   "clean" measures what a memory-bound kernel itself achieves (docs/evaluator.md);
 3. a fresh pair of device events around each call, enqueued behind the flush in batches
    with one full synchronisation per batch, so host launch latency is not measured;
 4. stop when the relative standard error of the mean falls under a target (after a minimum
@@ -30,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from farm.backends import DeviceSpec
+from farm.errors import FarmError
 
 # Bound once, when the runner starts and before any candidate runs: a candidate that replaces
 # time.perf_counter afterwards does not change the clock the harness reads.
@@ -76,10 +82,19 @@ class _HostClock:
         return (other.t - self.t) * 1e3
 
 
+FLUSH_MODES = ("write", "clean")
+
+
+def check_flush(mode: str) -> str:
+    if mode not in FLUSH_MODES:
+        raise FarmError(f"unknown cache flush '{mode}' (--flush): use write (as do_bench) or clean")
+    return mode
+
+
 class DeviceTimer:
     """Events, synchronisation and cache flushing for one pinned device."""
 
-    def __init__(self, spec: DeviceSpec):
+    def __init__(self, spec: DeviceSpec, flush: str = "write"):
         import torch
 
         self.spec = spec
@@ -88,10 +103,12 @@ class DeviceTimer:
         # the event class, bound now for the same reason as _perf_counter
         self._event_cls = {"cuda": getattr(torch.cuda, "Event", None),
                            "ascend": getattr(getattr(torch, "npu", None), "Event", None)}.get(self.kind)
-        self.flush_buf = None
+        self.flush_mode = check_flush(flush)
+        self.flush_buf = self._flush_sum = None
         if spec.backend.flush_bytes:
-            # int8 so that zero_() writes every byte of the buffer
-            self.flush_buf = torch.empty(spec.backend.flush_bytes, dtype=torch.int8, device=spec.torch_device)
+            # int8, so that the sweep touches every byte; zeroed once so the sum is defined
+            self.flush_buf = torch.zeros(spec.backend.flush_bytes, dtype=torch.int8, device=spec.torch_device)
+            self._flush_sum = torch.zeros((), dtype=torch.int32, device=spec.torch_device)
 
     @property
     def method(self) -> str:
@@ -109,7 +126,12 @@ class DeviceTimer:
             self._torch.npu.synchronize()
 
     def flush(self) -> None:
-        if self.flush_buf is not None:
+        """Evict the cache before a timed call (step 2): write the buffer, or read it."""
+        if self.flush_buf is None:
+            return
+        if self.flush_mode == "clean":
+            self._torch.sum(self.flush_buf, dim=0, dtype=self._torch.int32, out=self._flush_sum)
+        else:
             self.flush_buf.zero_()
 
     def batch(self, fn: Callable[[], object], n: int, prepare: Callable[[int], None] | None = None,

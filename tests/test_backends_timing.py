@@ -66,3 +66,22 @@ def test_npu_profiler_csv_is_read_in_microseconds():
     )
     # (1000 + 500) us over 50 calls = 30 us = 0.03 ms; the flush and the one-off op are left out
     assert timing.parse_op_statistic(csv_text, active=50) == pytest.approx(0.03)
+
+
+@pytest.mark.parametrize("mode", ["write", "clean"])
+def test_flush_writes_its_buffer_as_do_bench_or_reads_it_to_leave_the_cache_clean(mode):
+    """The calls the GPU timer makes, on CPU tensors."""
+    import dataclasses
+
+    from farm.backends import DeviceSpec
+
+    backend = dataclasses.replace(BACKENDS["cuda"], torch_device="cpu", flush_bytes=4096)
+    timer = timing.DeviceTimer(DeviceSpec(backend, None), flush=mode)
+    timer.flush_buf.fill_(1)
+    timer.flush()
+    if mode == "clean":
+        assert int(timer._flush_sum) == 4096 and int(timer.flush_buf.sum()) == 4096  # read, not written
+    else:
+        assert int(timer.flush_buf.abs().sum()) == 0
+    with pytest.raises(FarmError, match="--flush"):
+        timing.DeviceTimer(DeviceSpec(backend, None), flush="fast")

@@ -230,3 +230,31 @@ def test_step_runs_bounded_chunks_until_done(demo_store):
                            config).step(max_chunks=1)
         assert calls < 6
     assert outcome.submitted == 4 and calls == 2  # one chunk per step; the second also finishes
+
+
+def test_the_searchs_cache_flush_reaches_its_evaluators(demo_store):
+    """--flush clean: every evaluator of the search times with the read sweep (farm.timing)."""
+    from farm.evaluator import Evaluator
+    from farm.search.controller import OpSearch
+
+    store, refs = demo_store
+    data = load_reference(store, "demo", "row_sum")
+    seen = []
+
+    def factory(ref, data, spec, settings):
+        seen.append(settings)
+        return Evaluator(ref, data, spec, settings)
+
+    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False,
+                          flush="clean")
+    outcome = OpSearch(refs["row_sum"], data, store, "flush", "cpu", [CPU], [load_generator("tune")], config,
+                       evaluator_factory=factory).run()
+    assert outcome.passed >= 1  # the timing options travel through the runner (cpu: nothing to flush)
+    assert [s.timing["flush"] for s in seen] == ["clean"]
+    default = OpSearch(refs["row_sum"], data, store, "flush2", "cpu", [CPU], [], SearchConfig())
+    assert default._eval_settings(CPU) is None  # write, as do_bench: the evaluator's defaults
+
+
+def test_unknown_flush_is_a_clear_error(cli):
+    result = cli("search", "--source", "demo", "--op", "row_sum", "--flush", "fast")
+    assert result.exit_code != 0 and "--flush" in result.output and "Traceback" not in result.output

@@ -23,6 +23,8 @@ err = Console(stderr=True)
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of a table.")
 SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Source name (repeatable); default all.")]
 OpsOpt = Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name or source/op (repeatable); default all.")]
+FlushOpt = typer.Option(help="Cache flush before each timed call: write (as triton's do_bench) or clean "
+                             "(a read sweep: the flush's write-back stays out of the timing; docs/evaluator.md).")
 
 
 def settings(ctx: typer.Context, overrides: dict[str, Any] | None = None) -> Settings:

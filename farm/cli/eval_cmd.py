@@ -10,11 +10,12 @@ import typer
 
 from farm import corpus, manifest
 from farm.backends import resolve_device
-from farm.cli.common import JsonOption, err, fmt_num, handle_errors, out, print_json, settings, table
+from farm.cli.common import FlushOpt, JsonOption, err, fmt_num, handle_errors, out, print_json, settings, table
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluator import EvalSettings, Evaluator, describe_timing
 from farm.reference import load_pt
 from farm.storage import open_store
+from farm.timing import check_flush
 
 
 @handle_errors
@@ -31,6 +32,7 @@ def eval_candidate(
     timing_method: Annotated[str, typer.Option(
         "--timing", help="events (device events, every target) or npu-profiler (Ascend: device time from "
                          "torch_npu's profiler, read in microseconds and reported in ms).")] = "events",
+    flush: Annotated[str, FlushOpt] = "write",
     as_json: bool = JsonOption,
 ) -> None:
     """Verify and time a candidate in an isolated child process; exit 0 only on a pass."""
@@ -47,6 +49,10 @@ def eval_candidate(
         if spec.backend.name != "ascend":
             raise FarmError("--timing npu-profiler needs --target ascend")
         settings_.timing["method"] = "npu_profiler"
+    if check_flush(flush) != "write":
+        if timing_method == "npu-profiler":
+            raise FarmError("--flush clean does not go with --timing npu-profiler (its flush filter expects a write)")
+        settings_.timing["flush"] = flush
     with Evaluator(ref, data, spec, settings_) as ev:
         result = ev.evaluate(candidate.read_text(errors="replace"), name=candidate.name)
     if as_json:

@@ -11,7 +11,7 @@ import typer
 
 from farm import corpus
 from farm.backends import DeviceSpec, resolve_device
-from farm.cli.common import (JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar,
+from farm.cli.common import (FlushOpt, JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar,
                              settings, table)
 from farm.errors import EXIT_FAILED, FarmError
 from farm.generators import OFFLINE_DEFAULT, load_generator
@@ -19,6 +19,7 @@ from farm.reference import generate_references, load_pt
 from farm.search.batch import cached_ops, load_reference, search_batch, summarize
 from farm.search.controller import SearchConfig, search_op
 from farm.storage import open_store
+from farm.timing import check_flush
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
 TargetOpt = Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")]
@@ -64,6 +65,7 @@ def search(
     seed: Annotated[int, typer.Option(help="Seed of the search's random choices.")] = 0,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Batch: search ops recorded as error again.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Search again from scratch, ignoring ledger and checkpoints.")] = False,
+    flush: Annotated[str, FlushOpt] = "write",
     as_json: bool = JsonOption,
 ) -> None:
     """Evolutionary search for fast, verified kernels: one op, or every cached op of the sources."""
@@ -71,7 +73,7 @@ def search(
     st = open_store(s.store, s)
     specs = parse_devices(target, devices)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
-                          generators=tuple(g.strip() for g in generators.split(",")))
+                          generators=tuple(g.strip() for g in generators.split(",")), flush=check_flush(flush))
     gens = make_generators(generators)
     run = run or _default_run_name()
     if ref_pt or task_file:

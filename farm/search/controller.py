@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from queue import Queue
 from typing import Any, Callable
 
@@ -45,6 +45,7 @@ class SearchConfig:
     early_stop: bool = True
     window: int = 5  # candidates per convergence window
     time_budget_s: float | None = None
+    flush: str = "write"  # the timer's cache flush: write (as do_bench) or clean (farm.timing)
 
 
 @dataclass
@@ -289,7 +290,7 @@ class OpSearch:
         if state and state["status"] == "done":
             return self._outcome(state["stop_reason"])
         pool: Queue = Queue()
-        evaluators = [self.evaluator_factory(self.ref, self.data, spec, self.eval_settings) for spec in self.devices]
+        evaluators = [self.evaluator_factory(self.ref, self.data, spec, self._eval_settings(spec)) for spec in self.devices]
         try:
             for ev in evaluators:
                 pool.put(ev)
@@ -303,6 +304,13 @@ class OpSearch:
             for ev in evaluators:
                 ev.close()
         return self._finish(stop, baseline) if stop else None
+
+    def _eval_settings(self, spec: DeviceSpec) -> EvalSettings | None:
+        """The evaluator's settings, with the search's cache flush in its timing options."""
+        if self.config.flush == "write":
+            return self.eval_settings
+        base = self.eval_settings or EvalSettings.for_device(spec)
+        return replace(base, timing={**base.timing, "flush": self.config.flush})
 
     def _loop(self, pool: Queue, max_chunks: int | None) -> str:
         slots = len(self.devices) * self.config.max_concurrent
