@@ -114,3 +114,35 @@ def test_exporter_port_in_use_is_a_clear_error(cli, broker):
         port = s.getsockname()[1]
         result = cli("--set", "metrics.addr=127.0.0.1", "exporter", "--port", str(port))
     assert result.exit_code != 0 and "cannot serve on port" in result.output and "Traceback" not in result.output
+
+
+def test_amqp_queue_lengths_from_a_real_rabbitmq():
+    """The machine's RabbitMQ (guest/guest on 5672), with queue names of this test's own."""
+    import os
+    import socket
+    import uuid
+
+    from kombu import Connection
+
+    from farm.exporter import amqp_queue_lengths
+
+    url = os.environ.get("FARM_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        if os.environ.get("CI"):
+            pytest.fail("RabbitMQ is not running on 127.0.0.1:5672")
+        pytest.skip("RabbitMQ is not running on 127.0.0.1:5672")
+    name = f"farm-test-{uuid.uuid4().hex[:8]}"
+    with Connection(url, connect_timeout=5) as conn:
+        queue = conn.SimpleQueue(name)
+        try:
+            for n in range(3):
+                queue.put({"n": n})
+            deadline = time.monotonic() + 5
+            while (got := amqp_queue_lengths(url, [name, name + "-missing"]))[name] < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert got == {name: 3, name + "-missing": 0}
+        finally:
+            queue.queue.delete()
+            queue.close()
