@@ -30,6 +30,7 @@ from farm.runs import (
     update_op,
 )
 from farm.storage import Store
+from farm.timing import check_flush
 
 POLL_S = 2.0  # how often --wait and --watch read the run's status
 
@@ -56,7 +57,8 @@ def _redact(url: str) -> str:
 
 def make_spec(settings: Settings, source: str, ops: list[str] | None, target: str, max_tasks: int,
               run: str | None = None, generators: tuple[str, ...] = ("tune", "port"),
-              max_concurrent: int | None = None, reference_target: str | None = None, seed: int = 0) -> RunSpec:
+              max_concurrent: int | None = None, reference_target: str | None = None, seed: int = 0,
+              flush: str = "write") -> RunSpec:
     """The run as it will be stored, checked before anything is enqueued."""
     if target not in TARGETS:
         raise FarmError(f"unknown target '{target}' (--target): use {', '.join(TARGETS)}")
@@ -72,7 +74,7 @@ def make_spec(settings: Settings, source: str, ops: list[str] | None, target: st
                    shapes="small" if target == "cpu" else "bench", generators=list(generators),
                    max_tasks=max_tasks, chunk_candidates=settings.queue.chunk_candidates,
                    max_concurrent=max_concurrent or (1 if target == "cpu" else 4), seed=seed,
-                   reference_seed=settings.reference.seed)
+                   reference_seed=settings.reference.seed, flush=check_flush(flush))
 
 
 def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False) -> tuple[RunSpec, bool]:

@@ -42,11 +42,13 @@ class RunSpec:
     max_concurrent: int
     seed: int = 0
     reference_seed: int = 0
+    flush: str = "write"  # the timer's cache flush (farm.timing)
     created_at: str = field(default_factory=now)
 
     def search_config(self) -> SearchConfig:
         return SearchConfig(max_tasks=self.max_tasks, max_concurrent=self.max_concurrent,
-                            chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed)
+                            chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed,
+                            flush=self.flush)
 
     def params(self) -> dict[str, Any]:
         """Everything but the creation time: two submissions of one run must agree on these."""

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from farm.config import Settings
+from farm.storage import open_store
 from tests.prometheus_server import PrometheusServer
 from tests.redis_server import redis_server  # noqa: F401
 from tests.s3_server import free_port, s3_server  # noqa: F401
@@ -170,7 +172,7 @@ def live_farm(tmp_path, redis_server, s3_server):  # noqa: F811
                                         text=True, timeout=120)
     try:
         prom.start()
-        yield {"prom": prom, "farm": farm, "env": env, "procs": procs, "logs": logs,
+        yield {"prom": prom, "farm": farm, "env": env, "procs": procs, "logs": logs, "s3": s3_server,
                "worker_url": f"http://127.0.0.1:{worker_port}/metrics", "worker_port": worker_port,
                "exporter_port": exporter_port}
     finally:
@@ -192,7 +194,7 @@ def test_every_dashboard_and_rule_query_returns_data_from_a_live_farm(live_farm)
           and len(list(logs.glob("*-cpu-*.log"))) == 2, 90, "two ready workers")
     # a budget far beyond what the test waits for: the run is still going when the queries run
     done = farm("submit", "--source", "demo", "--target", "cpu", "--reference-on", "cpu", "--max-tasks", "40",
-                "--run", "obs")
+                "--run", "obs", "--flush", "clean")
     assert done.returncode == 0, done.stderr
     records, alerts = rules()
     queries = dashboard_queries() + [(f"rule {r['record']}", r["expr"]) for r in records]
@@ -219,6 +221,11 @@ def test_every_dashboard_and_rule_query_returns_data_from_a_live_farm(live_farm)
     assert float(prom.query("sum(farm_candidates_total)")["data"]["result"][0]["value"][1]) > 0
     status = json.loads(farm("status", "obs", "--json").stdout)
     assert status["status"] == "running"  # the run-progress queries saw a run in progress
+    # the run's timer flush reached the workers' searches (their checkpoints record it)
+    store = open_store(live_farm["env"]["FARM_STORE"], Settings(s3=live_farm["s3"].settings()))
+    searched = next(r["op"] for r in status["ops"] if r["tried"])
+    state = store.read_json(f"runs/obs/demo/{searched}/state.json")
+    assert status["spec"]["flush"] == "clean" and state["config"]["flush"] == "clean"
 
 
 def test_metrics_survive_a_killed_pool_process_and_the_health_check_says_so(live_farm):

@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm.cli.common import JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar, settings, table
+from farm.cli.common import (FlushOpt, JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar,
+                              settings, table)
 from farm.config import leaves
 from farm.errors import EXIT_FAILED, FarmError
 from farm.storage import open_store
@@ -66,6 +67,7 @@ def submit(
     reference_on: Annotated[Optional[str], typer.Option(
         help="Platform of the reference workers [cpu for target cpu, else cuda].")] = None,
     force: Annotated[bool, typer.Option("--force", help="Regenerate reference data even where it is current.")] = False,
+    flush: Annotated[str, FlushOpt] = "write",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to finish, with a progress bar.")] = False,
     timeout: Annotated[Optional[float], typer.Option(help="With --wait: give up waiting after this many seconds.")] = None,
     store: StoreOpt = None,
@@ -77,7 +79,8 @@ def submit(
 
     s, st = _store(ctx, store)
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
-    spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on)
+    spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on,
+                             flush=flush)
     spec, created = control.submit(s, st, spec, force=force)
     err.print(f"{'submitted' if created else 'submitted again (same ids: nothing runs twice)'} run {spec.run}: "
               f"{len(spec.ops)} ops of {spec.source}, reference on reference.{spec.reference_target}, "
