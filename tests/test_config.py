@@ -81,3 +81,13 @@ def test_config_show_table_and_bad_file_exit_code(cli, tmp_path):
     assert "Traceback" not in result.output
     missing = cli("--config", tmp_path / "none.yaml", "config", "show")
     assert missing.exit_code == 2 and "does not exist" in missing.stderr
+
+
+def test_devices_take_the_existing_tools_space_separated_form():
+    from farm.cli.main import joined_devices
+
+    assert joined_devices(["search", "--devices", "0", "1", "2", "3", "--max-tasks", "40"]) == [
+        "search", "--devices", "0,1,2,3", "--max-tasks", "40"]
+    assert joined_devices(["worker", "--devices", "0,1"]) == ["worker", "--devices", "0,1"]
+    assert joined_devices(["scale", "search-cuda", "4"]) == ["scale", "search-cuda", "4"]
+    assert joined_devices(["search", "--devices", "2"]) == ["search", "--devices", "2"]

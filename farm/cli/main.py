@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -57,5 +58,23 @@ def root(
     ctx.obj = {"config": config, "overrides": parse_sets(set_ or [])}
 
 
+def joined_devices(argv: list[str]) -> list[str]:
+    """`--devices 0 1 2 3`, the existing tool chain's form, as `--devices 0,1,2,3` (Typer
+    options take one value each)."""
+    out, i = [], 0
+    while i < len(argv):
+        out.append(argv[i])
+        end = i + 1
+        if argv[i] == "--devices":
+            while end < len(argv) and argv[end].isdigit():
+                end += 1
+            if end - i > 2:
+                out.append(",".join(argv[i + 1:end]))
+                i = end
+                continue
+        i += 1
+    return out
+
+
 def main() -> None:
-    app()
+    app(args=joined_devices(sys.argv[1:]), prog_name="farm")
