@@ -45,7 +45,20 @@ def test_non_deterministic_get_inputs_is_reported(cli, task_dir):
     result = cli("ops", "check", "--device", "cpu", "--ops", "random_inputs", "--json")
     assert result.exit_code == 1
     [row] = json.loads(result.stdout)["results"]
-    assert row["stage"] == "get_inputs" and "deterministic" in row["error"]
+    assert row["stage"] == "get_inputs" and "deterministic" in row["error"] and "inputs [0]" in row["error"]
+
+
+def test_one_spoiled_pair_of_draws_is_drawn_again(cli, task_dir):
+    """A thread that takes from torch's generator between seeding and drawing spoils one pair of
+    draws: the check draws once more before calling the task nondeterministic."""
+    write_task(task_dir / "mini", "spoiled_once", GOOD_TASK.replace(
+        "return [torch.randn(N)]",
+        "global _CALLS\n    _CALLS = globals().get('_CALLS', 0) + 1\n"
+        "    if _CALLS == 2:\n        torch.rand(1)  # what another thread's draw does to the generator\n"
+        "    return [torch.randn(N)]"))
+    result = cli("ops", "check", "--device", "cpu", "--ops", "spoiled_once", "--json")
+    [row] = json.loads(result.stdout)["results"]
+    assert result.exit_code == 0 and row["status"] == "pass", row
 
 
 def test_whole_bundled_corpus_passes_on_cpu_at_small_shapes(cli, monkeypatch):
