@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from farm.config import Settings
 from farm.errors import FarmError, StorageError
-from farm.queue import POOLS, TARGETS, queue_name
+from farm.queue import all_queues
 from farm.runs import PHASES, list_runs, summarize
 from farm.storage import Store
 
@@ -35,11 +35,6 @@ log = logging.getLogger(__name__)
 PRIORITY_STEPS = (0, 3, 6, 9)  # kombu's Redis transport default
 PRIORITY_SEP = "\x06\x16"
 UNACKED_KEY = "unacked"
-PING_QUEUE = "farm"
-
-
-def farm_queues() -> list[str]:
-    return [PING_QUEUE] + [queue_name(p, t) for p in POOLS for t in TARGETS]
 
 
 def redis_list_key(queue: str, priority: int) -> str:
@@ -161,7 +156,7 @@ class FarmCollector:
                                     labels=["queue", "priority"])
         reserved = GaugeMetricFamily("farm_queue_reserved_messages", "Messages taken by a worker and not yet "
                                      "acknowledged (running or about to run).", labels=["queue"])
-        queues = farm_queues()
+        queues = all_queues()
         try:
             if urlparse(self.settings.queue.broker_url).scheme in ("redis", "rediss"):
                 if self._redis is None:

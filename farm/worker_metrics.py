@@ -114,10 +114,10 @@ def _tree(root_pid: int) -> list[int]:
     return found
 
 
-def process_tree_rss(root_pid: int) -> float | None:
-    """Resident bytes of a process and its descendants (a cpu worker's 'device memory')."""
+def process_tree_rss(pids: list[int]) -> float | None:
+    """Resident bytes of these processes (a cpu worker's tree: its 'device memory')."""
     total = 0
-    for pid in _tree(root_pid):
+    for pid in pids:
         try:
             total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
@@ -125,10 +125,10 @@ def process_tree_rss(root_pid: int) -> float | None:
     return float(total) if total else None
 
 
-def process_tree_cpu_seconds(root_pid: int) -> float:
-    """CPU time of a process tree, with that of children it has reaped (evaluation sandboxes)."""
+def process_tree_cpu_seconds(pids: list[int]) -> float:
+    """CPU time of these processes, with that of children they have reaped (evaluation sandboxes)."""
     ticks = 0
-    for pid in _tree(root_pid):
+    for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
@@ -181,13 +181,14 @@ class DeviceProbe:
     def _cpu_stats(self, device: int, pid: int) -> DeviceStats:
         """A cpu slot: the worker tree's memory, and its CPU time since the last query as a
         fraction of one core (utilisation)."""
-        now, cpu = time.monotonic(), process_tree_cpu_seconds(pid)
+        pids = _tree(pid)
+        now, cpu = time.monotonic(), process_tree_cpu_seconds(pids)
         last = self._cpu_last.get(device)
         self._cpu_last[device] = (pid, now, cpu)
         busy = None
         if last and last[0] == pid and now > last[1]:
             busy = max(0.0, (cpu - last[2]) / (now - last[1]))
-        return DeviceStats(process_tree_rss(pid), _mem_total(), busy)
+        return DeviceStats(process_tree_rss(pids), _mem_total(), busy)
 
 
 # ---------------------------------------------------------------- the supervisor's collector

@@ -10,6 +10,7 @@ from farm.errors import EXIT_STORAGE, FarmError
 
 POOLS = ("reference", "search")
 TARGETS = ("cuda", "ascend", "cpu")
+PING_QUEUE = "farm"  # the default queue: control and the load bench's ping tasks
 
 
 class QueueError(FarmError):
@@ -32,3 +33,8 @@ def parse_pool(name: str) -> tuple[str, str]:
         raise FarmError(f"pool {name!r}: expected <pool>-<target>, e.g. search-ascend or reference-cuda")
     queue_name(pool, target)
     return pool, target
+
+
+def all_queues() -> list[str]:
+    """Every queue the farm declares: the ping queue, then one per pool and target."""
+    return [PING_QUEUE] + [queue_name(p, t) for p in POOLS for t in TARGETS]

@@ -11,9 +11,8 @@ from celery.app.defaults import DEFAULTS
 from kombu import Exchange, Queue
 
 from farm.config import QueueSettings, Settings
-from farm.queue import POOLS, TARGETS
+from farm.queue import PING_QUEUE, all_queues
 
-PING_QUEUE = "farm"  # the default queue: control and the load bench's ping tasks
 REFERENCE_GRACE_S = 120.0  # a reference task's limit above reference.timeout_s (child start, upload)
 
 
@@ -57,7 +56,7 @@ def values(settings: Settings) -> dict[str, Any]:
         "broker_connection_max_retries": None,  # a worker outlives a broker restart
         # ... and its running chunk goes on: a copy redelivered meanwhile waits on the op's lock
         "worker_cancel_long_running_tasks_on_connection_loss": False,
-        "task_queues": [_queue(PING_QUEUE)] + [_queue(f"{p}.{t}") for p in POOLS for t in TARGETS],
+        "task_queues": [_queue(name) for name in all_queues()],
         "task_default_queue": PING_QUEUE,
         "task_routes": {"farm.ping": {"queue": PING_QUEUE}},  # reference/search: queue chosen per target
         # one task at a time per device, acknowledged only when done
