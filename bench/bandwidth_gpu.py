@@ -1,7 +1,7 @@
 """Bandwidth ceilings of the large memory-bound tasks, and what tune's knobs do to them (GPU).
 
 For the tasks that miss issue #5's bar (85% of copy bandwidth), three kinds of numbers, all
-timed like every candidate (farm.timing: flushed, event-timed median):
+timed like every candidate (farm.evaluate.timing: flushed, event-timed median):
 
 copy     a device-to-device copy moving the same bytes (read + write) as the task: what the
          bar's "copy bandwidth" (measured on 2 GiB) becomes at the task's size, under the same
@@ -28,11 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farm import corpus, timing  # noqa: E402
-from farm.backends import resolve_device  # noqa: E402
 from farm.config import load_settings  # noqa: E402
+from farm.corpus import tasks as corpus  # noqa: E402
+from farm.evaluate import timing
 from farm.generators.base import Context, model_as_candidate  # noqa: E402
 from farm.generators.tune import apply, find_knobs  # noqa: E402
+from farm.targets import resolve_device  # noqa: E402
 
 SPEC = resolve_device("cuda:0")
 CEILINGS = Path(__file__).resolve().parent / "ceiling_kernels.py"
@@ -102,7 +103,7 @@ class TaskBench:
     def __init__(self, ref: corpus.TaskRef, big_bw: float):
         import torch
 
-        from farm.tensors import to_device
+        from farm.runtime.tensors import to_device
 
         self.ref = ref
         self.task = corpus.load_task(ref, "bench")
@@ -168,7 +169,7 @@ def with_kwargs(source: str, launch: str, extra: str) -> str:
 
 
 def inductor_seed(bench: TaskBench, mode: str) -> str | None:
-    from farm.generators.inductor import InductorGenerator
+    from farm.generators.inductor.generator import InductorGenerator
 
     gen = InductorGenerator(modes=(mode,), timeout_s=240)
     ctx = Context(task_source=bench.ref.path.read_text(), op=bench.ref.op, source=bench.ref.source,

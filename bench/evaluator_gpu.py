@@ -1,9 +1,9 @@
 """Evaluator benchmarks on a GPU (run on the device machine from the repository root).
 
-1. accuracy: farm.timing's median against triton.testing.do_bench(return_mode="median") for
+1. accuracy: farm.evaluate.timing's median against triton.testing.do_bench(return_mode="median") for
    simple kernels at a few sizes (bar: within 3%);
 2. repeatability: one kernel measured 10 times, spread of the medians (bar: under 2%);
-3. overhead: candidate source to verdict through farm.evaluator.Evaluator for demo/row_sum at
+3. overhead: candidate source to verdict through farm.evaluate.evaluator.Evaluator for demo/row_sum at
    benchmark shapes, cold (empty Triton cache: compilation included) and warm (same source
    again: no compilation), with the time per stage (aim: under 0.3 s excluding compilation).
 
@@ -27,8 +27,8 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farm import timing  # noqa: E402
-from farm.backends import resolve_device  # noqa: E402
+from farm.evaluate import timing  # noqa: E402
+from farm.targets import resolve_device  # noqa: E402
 
 
 @triton.jit
@@ -69,10 +69,10 @@ def repeatability(timer) -> dict:
 
 
 def overhead(out_dir: Path) -> dict:
-    from farm import corpus
     from farm.config import load_settings
-    from farm.evaluator import Evaluator
-    from farm.reference import generate_references, load_pt
+    from farm.corpus import tasks as corpus
+    from farm.evaluate.evaluator import Evaluator
+    from farm.reference.generate import generate_references, load_pt
     from farm.storage import open_store
 
     spec = resolve_device("cuda:0")

@@ -38,7 +38,7 @@ QUEUE = "farm"  # farm.ping's queue
 def start_workers(n: int, env: dict, logs: Path) -> list[subprocess.Popen]:
     procs = []
     for i in range(n):
-        cmd = [sys.executable, "-m", "celery", "-A", "farm.queue.celery_app", "worker", "--pool", "prefork",
+        cmd = [sys.executable, "-m", "celery", "-A", "farm.distributed.celery_app", "worker", "--pool", "prefork",
                "--concurrency", "1", "--prefetch-multiplier", "1", "--task-events", "-Q", QUEUE,
                "-n", f"bench-{i}@%h", "--loglevel", "WARNING", "--logfile", str(logs / f"bench-{i}.log")]
         procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -86,8 +86,8 @@ def main() -> None:
     env = {**os.environ, "FARM_QUEUE_BROKER_URL": redis.url()}
     os.environ["FARM_QUEUE_BROKER_URL"] = redis.url()
     from farm.config import load_settings
-    from farm.queue.celery_app import configured
-    from farm.queue.tasks import ping
+    from farm.distributed.celery_app import configured
+    from farm.distributed.tasks import ping
 
     app = configured(load_settings()[0])
     r = redis.client()

@@ -2,7 +2,7 @@
 
 perf: for every task of the given sources, target cuda: reference data, a farm search, and the
       best kernel against the original Model, Reference in eager mode and
-      torch.compile(Reference, mode="max-autotune"), all timed the same way (farm.timing); for
+      torch.compile(Reference, mode="max-autotune"), all timed the same way (farm.evaluate.timing); for
       memory-bound tasks the achieved bandwidth (input + output bytes over the best time) as a
       fraction of the device's measured copy bandwidth; device busy fraction and candidates
       per device-minute of each search.
@@ -24,17 +24,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farm import corpus, timing  # noqa: E402
-from farm.backends import resolve_device  # noqa: E402
 from farm.config import load_settings  # noqa: E402
+from farm.corpus import tasks as corpus  # noqa: E402
+from farm.evaluate import timing
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.generators.tune import grid as tune_grid  # noqa: E402
-from farm.isolation import run_in_child  # noqa: E402
-from farm.reference import generate_references  # noqa: E402
+from farm.reference.generate import generate_references  # noqa: E402
+from farm.runtime.isolation import run_in_child  # noqa: E402
 from farm.search.batch import load_reference  # noqa: E402
 from farm.search.controller import SearchConfig, search_op  # noqa: E402
 from farm.storage import open_store  # noqa: E402
+from farm.targets import resolve_device  # noqa: E402
 
 SPEC = resolve_device("cuda:0")
 LARGE_BYTES = 64 * 2**20  # "large" memory-bound task: at least this much traffic
@@ -66,8 +67,8 @@ def compiled_reference_child(report, ref: corpus.TaskRef, pt_path: str, flush: s
     """In a child: torch.compile(Reference, mode="max-autotune") timed like every candidate."""
     import torch
 
-    from farm.reference import load_pt
-    from farm.tensors import to_device
+    from farm.reference.generate import load_pt
+    from farm.runtime.tensors import to_device
 
     data = load_pt(pt_path)
     task = corpus.load_task(ref, data.get("shapes", "bench"))
@@ -134,7 +135,7 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: l
 
 
 def grid(out: Path, ops: list[str]) -> None:
-    from farm.evaluator import Evaluator
+    from farm.evaluate.evaluator import Evaluator
     from farm.search.database import normalized_hash
 
     settings, _ = load_settings()
@@ -173,7 +174,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="perf: only these source/op names")
     parser.add_argument("--generators", default="tune,port")
     parser.add_argument("--flush", choices=timing.FLUSH_MODES, default="write",
-                        help="the timer's cache flush for every figure (farm.timing)")
+                        help="the timer's cache flush for every figure (farm.evaluate.timing)")
     args = parser.parse_args()
     if args.mode == "perf":
         perf(args.out, args.sources, args.max_tasks, args.generators, args.only, args.flush)

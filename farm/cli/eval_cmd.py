@@ -8,31 +8,37 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm import corpus, manifest
-from farm.backends import resolve_device
-from farm.cli.common import FlushOpt, JsonOption, err, fmt_num, handle_errors, out, print_json, settings, table
+from farm.cli.common import (FlushOpt, JsonOption, TimingModeOpt, err, fmt_num, handle_errors, out, print_json, say, settings, table,
+                              use_frontend_setting)
+from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
-from farm.evaluator import EvalSettings, Evaluator, describe_timing
-from farm.reference import load_pt
+from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
+from farm.evaluate.timing import check_flush, check_mode
+from farm.reference import manifest, seedsets
+from farm.reference.generate import load_pt
 from farm.storage import open_store
-from farm.timing import check_flush
+from farm.targets import resolve_device, usable_device
 
 
 @handle_errors
 def eval_candidate(
     ctx: typer.Context,
     candidate: Annotated[Path, typer.Option(help="Python file defining class ModelNew(nn.Module).")],
-    task: Annotated[Optional[Path], typer.Option(help="Task file (instead of --source/--op).")] = None,
+    task: Annotated[Optional[Path], typer.Option(
+        "--task", "--task-file", "--benchmark-file", help="Task file (instead of --source/--op).")] = None,
     source: Annotated[Optional[str], typer.Option(help="Source of the task in the corpus.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Op name in the corpus.")] = None,
     ref_pt: Annotated[Optional[Path], typer.Option(help="Reference data file (.pt) to verify against.")] = None,
     store: Annotated[Optional[str], typer.Option(help="Store holding refs/<source>/<op>.pt [store].")] = None,
     target: Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")] = "auto",
-    device: Annotated[Optional[int], typer.Option(help="Device index on the target.")] = None,
+    device: Annotated[Optional[int], typer.Option(min=0, help="Device index on the target.")] = None,
     timing_method: Annotated[str, typer.Option(
         "--timing", help="events (device events, every target) or npu-profiler (Ascend: device time from "
                          "torch_npu's profiler, read in microseconds and reported in ms).")] = "events",
     flush: Annotated[str, FlushOpt] = "write",
+    profile: Annotated[str, typer.Option(
+        "--profile", help="Evaluation rules: farm (default) or kernelbench (docs/evaluator.md).")] = "farm",
+    timing_mode: Annotated[str, TimingModeOpt] = "auto",
     as_json: bool = JsonOption,
 ) -> None:
     """Verify and time a candidate in an isolated child process; exit 0 only on a pass."""
@@ -40,15 +46,20 @@ def eval_candidate(
     ref = _task_ref(s, task, source, op)
     if not candidate.is_file():
         raise FarmError(f"candidate file {candidate} (--candidate) does not exist")
-    spec = resolve_device(target if device is None else f"{target}:{device}", default_target="cuda")
+    use_frontend_setting(s)
+    resolve_device(target, default_target="cuda", option="--target")  # an unknown target names --target
+    spec = usable_device(target if device is None else f"{target}:{device}", default_target="cuda",
+                         option="--target" if device is None else "--device",
+                         notify=lambda text: say(text, style="yellow"))
     data = _reference_data(s, ref, ref_pt)
-    settings_ = EvalSettings.for_device(spec)
+    settings_ = EvalSettings.for_device(spec, profile)
     if timing_method not in ("events", "npu-profiler"):
         raise FarmError(f"unknown timing method '{timing_method}' (--timing): use events or npu-profiler")
     if timing_method == "npu-profiler":
-        if spec.backend.name != "ascend":
-            raise FarmError("--timing npu-profiler needs --target ascend")
+        if spec.target.torch_device != "npu":
+            raise FarmError("--timing npu-profiler needs --target ascend on a host with an Ascend NPU")
         settings_.timing["method"] = "npu_profiler"
+    settings_.mode = check_mode(timing_mode)
     if check_flush(flush) != "write":
         if timing_method == "npu-profiler":
             raise FarmError("--flush clean does not go with --timing npu-profiler (its flush filter expects a write)")
@@ -67,25 +78,31 @@ def _task_ref(s, task: Path | None, source: str | None, op: str | None) -> corpu
     if task and (source or op):
         raise FarmError("give either --task or --source/--op, not both")
     if task:
-        return corpus.ref_from_file(task, source or "local")
+        return corpus.ref_from_file(task, source or "local", settings=s)
     if not (source and op):
         raise FarmError("name the task: --task FILE, or --source S --op OP")
-    return corpus.find_tasks(s, [source], [op])[0]
+    return corpus.find_tasks(s, [source], [op], op_option="--op")[0]
 
 
 def _reference_data(s, ref: corpus.TaskRef, ref_pt: Path | None) -> dict:
+    st = open_store(s.store, s)  # also where secret seed sets of reference-data-mode ops live
     if ref_pt:
         if not ref_pt.is_file():
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
-        return load_pt(ref_pt)
-    st = open_store(s.store, s)
+        return seedsets.attach(st, load_pt(ref_pt))
     key = manifest.ref_key(ref.source, ref.op)
     if st.head(key) is None:
         raise FarmError(f"no reference data {key} in {st.url}: run `farm reference --source {ref.source} "
                         f"--ops {ref.op}` first, or pass --ref-pt")
     with tempfile.TemporaryDirectory(prefix="farm-eval-") as tmp:
         st.get_file(key, Path(tmp) / "ref.pt")
-        return load_pt(Path(tmp) / "ref.pt")
+        return seedsets.attach(st, load_pt(Path(tmp) / "ref.pt"))
+
+
+def _how(verified: dict) -> str:
+    if verified.get("by") == "seed_sets":
+        return f"{verified.get('checked')} of {verified.get('sets')} stored secret seed sets ({verified.get('truth')})"
+    return f"Reference on {verified.get('checked')} fresh seeds ({verified.get('truth')})"
 
 
 def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
@@ -97,10 +114,28 @@ def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
         out.print(table("outputs", ["output", "ok", "shape", "dtype", "max abs", "max rel", "reason"],
                         [[o["index"], o["ok"], o["shape"], o["dtype"], fmt_num(o["max_abs"]), fmt_num(o["max_rel"]),
                           o["reason"]] for o in result.outputs]))
-    out.print(f"  timing: {describe_timing(result.timing)}")
+    if result.frontend is not None:
+        fe = result.frontend
+        out.print(f"  frontend check: {'not configured' if not fe['ran'] else ('pass' if fe['ok'] else 'FAIL')}"
+                  + (f" (triton-ascend {fe['triton_version']}: frontend, TTIR, Linalg ran; {fe['note']})"
+                     if fe["ran"] else ""), highlight=False)
+    no_device_timing = result.device.get("device_timing") is False
+    out.print(f"  timing: {describe_timing(result.timing)}"
+              + (" [yellow](CPU interpreter: no Ascend timing)[/]" if no_device_timing else ""))
+    out.print(f"  sandbox: {result.sandbox}" + ("" if result.sandbox != "none" else
+              " [yellow](no operating-system boundary: docs/evaluator.md, Sandbox)[/]"))
     if result.passed:
-        out.print(f"  fresh seeds checked: {result.seeds_checked}; Triton launches per forward: {result.launches} "
+        out.print(f"  verified on unseen inputs: {_how(result.verified)}; Triton launches per forward: {result.launches} "
                   f"({', '.join(result.kernels)})")
+        comp = result.comparison
+        out.print(f"  compared in {result.timing.get('mode')} mode ({result.timing.get('mode_reason')}); "
+                  f"per call (flushed events): {fmt_num(result.timing.get('per_call_ms'), '.4f')} ms; "
+                  f"of the physical limit: {fmt_num((result.limit or {}).get('fraction'), '.2f')}")
+        for key in ("model", "reference"):
+            if comp.get(key):
+                c = comp[key]
+                out.print(f"  vs {key.title()}: {c['ratio']:.3f}x (min {c['min']:.3f}, max {c['max']:.3f}, "
+                          f"95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}, {c['rounds']} interleaved rounds)")
         out.print(f"  speedup vs Model: {fmt_num(result.speedup_vs_model, '.2f')}x; "
                   f"vs Reference: {fmt_num(result.speedup_vs_reference, '.2f')}x"
                   + (" [yellow](suspicious: replay on fresh inputs before trusting it)[/]" if result.suspicious else ""))

@@ -1,4 +1,4 @@
-"""`farm exporter`: queue lengths and run progress for Prometheus (farm.exporter)."""
+"""`farm exporter`: queue lengths and run progress for Prometheus (farm.distributed.exporter)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def exporter(
     """Serve queue lengths per pool (priority sub-queues and reserved messages included) and run progress."""
     from prometheus_client import generate_latest
 
-    from farm.exporter import registry
+    from farm.distributed.exporter import registry
 
     cfg = settings(ctx, {"store": store})
     reg = registry(cfg, open_store(cfg.store, cfg))

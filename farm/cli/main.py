@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated, Optional
 
 import typer
 
 from farm import __version__
-from farm.cli import cache, config_cmd, eval_cmd, lint, ops, reference, search
-from farm.cli import distributed, exporter_cmd
-from farm.cli.common import parse_sets, setup_logging
+from farm.cli import (ascend_cmd, cache, config_cmd, distributed, eval_cmd, export_cmd, exporter_cmd, lint, ops,
+                      reference, report_cmd, search)
+from farm.cli.common import on_sigterm, parse_sets, setup_logging
 
 app = typer.Typer(
     name="farm",
@@ -24,11 +25,14 @@ app.command("eval")(eval_cmd.eval_candidate)
 app.command("search")(search.search)
 app.command("run")(search.run_local)
 app.command("lint")(lint.lint)
+app.add_typer(ascend_cmd.app, name="ascend")
 app.add_typer(cache.app, name="cache")
 app.add_typer(config_cmd.app, name="config")
 app.command("submit")(distributed.submit)
 app.command("status")(distributed.status)
 app.command("fetch")(distributed.fetch)
+app.command("export")(export_cmd.export)
+app.command("report")(report_cmd.report)
 app.command("cancel")(distributed.cancel)
 app.command("workers")(distributed.workers)
 app.command("worker")(distributed.worker)
@@ -76,5 +80,26 @@ def joined_devices(argv: list[str]) -> list[str]:
     return out
 
 
+def split_ops(argv: list[str]) -> list[str]:
+    """`--ops A B C`, the existing tool chain's form, as `--ops A --ops B --ops C` (Typer
+    options take one value each; no command with --ops takes a positional argument, so
+    every word up to the next option is an op)."""
+    out, i = [], 0
+    while i < len(argv):
+        out.append(argv[i])
+        if argv[i] == "--ops":
+            end = i + 1
+            while end < len(argv) and not argv[end].startswith("-"):
+                end += 1
+            values = argv[i + 1:end]
+            for n, value in enumerate(values):
+                out.extend([value] if n == 0 else ["--ops", value])
+            i = end
+            continue
+        i += 1
+    return out
+
+
 def main() -> None:
-    app(args=joined_devices(sys.argv[1:]), prog_name="farm")
+    signal.signal(signal.SIGTERM, on_sigterm)
+    app(args=split_ops(joined_devices(sys.argv[1:])), prog_name="farm")

@@ -6,11 +6,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm import corpus, opcheck
-from farm.backends import resolve_device
-from farm.cli.common import (JsonOption, OpsOpt, SourceOpt, err, fmt_num, handle_errors, out, print_json,
-                             progress_bar, settings, table)
+from farm.cli.common import (
+    JsonOption,
+    OpsOpt,
+    SourceOpt,
+    say,
+    fmt_num,
+    handle_errors,
+    out,
+    print_json,
+    progress_bar,
+    settings,
+    table,
+)
+from farm.corpus import modes, opcheck
+from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError, TaskError
+from farm.targets import usable_device
 
 app = typer.Typer(help="List and check the kernel tasks of the corpus.", no_args_is_help=True)
 
@@ -19,23 +31,55 @@ app = typer.Typer(help="List and check the kernel tasks of the corpus.", no_args
 @app.command("list")
 @handle_errors
 def list_ops(ctx: typer.Context, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
-    """List the tasks of each source with their metadata; invalid files are shown with the rule they break."""
+    """List the tasks of each source with their mode, origin and metadata; invalid files are shown with the rule
+    they break."""
     refs = corpus.find_tasks(settings(ctx), source)
     rows = []
-    for ref in refs:
-        try:
-            rows.append({"status": "ok", **corpus.describe(corpus.load_task(ref))})
-        except TaskError as exc:
-            rows.append({"status": "invalid", "source": ref.source, "op": ref.op, "path": str(ref.path),
-                         "error": str(exc)})
+    with progress_bar(not as_json) as progress:
+        bar = progress.add_task("loading tasks", total=len(refs))
+        for ref in refs:
+            rows.append(_list_row(ref))
+            progress.update(bar, advance=1, description=f"{ref.key}: {rows[-1].get('mode') or rows[-1]['status']}")
+    listed = {row.get("path") for row in rows}
+    for name, folder in corpus.discover_sources(settings(ctx)).items():
+        if source and name not in source:
+            continue
+        for path in corpus.misnamed_files(folder):
+            if str(path) in listed:
+                continue
+            rows.append({"status": "invalid", "source": name, "op": path.stem, "path": str(path),
+                         "error": f"{path}: the file name must be an op name: letters, digits, '_', '-', '.', "
+                                  "starting with a letter or digit (rename it to use it)"})
     if as_json:
         print_json(rows)
     else:
-        out.print(table(f"{len(rows)} tasks", ["source", "op", "status", "reference", "tags", "summary"],
-                        [[r["source"], r["op"], r["status"], "yes" if r.get("reference") else "-",
+        ok = sum(r["status"] == "ok" for r in rows)
+        out.print(table(f"{len(rows)} tasks, {ok} usable", ["source", "op", "origin", "status", "mode", "truth",
+                                                            "tags", "summary"],
+                        [[r["source"], r["op"], r["origin"], r["status"], r.get("mode", "-"), _truth(r),
                           ",".join(r.get("tags", [])), r.get("summary") or r.get("error", "")] for r in rows]))
     if any(r["status"] != "ok" for r in rows):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _list_row(ref: corpus.TaskRef) -> dict:
+    try:
+        task = corpus.load_task(ref)
+        row = {"status": "ok", **corpus.describe(task)}
+        row.update(modes.resolve(task).as_dict())
+        row["reference"] = row["reference_class"] is not None
+        return row
+    except TaskError as exc:
+        return {"status": "invalid", "source": ref.source, "op": ref.op, "path": str(ref.path),
+                "origin": ref.origin, "error": str(exc)}
+
+
+def _truth(row: dict) -> str:
+    if row.get("mode") == "reference":
+        return row["reference_class"]
+    if row.get("mode") == "reference-data":
+        return "recorded Model outputs"
+    return "Model" if row.get("mode") == "model" else "-"
 
 
 @app.command("check")
@@ -52,9 +96,9 @@ def check(
 ) -> None:
     """Run every selected Model against its Reference on one device; exit 1 if any op fails."""
     s = settings(ctx, {"reference.seed": seed, "check.timeout_s": timeout})
-    spec = resolve_device(device, default_target="cuda")
+    spec = usable_device(device, default_target="cuda")
     if shapes == "auto":
-        shapes = "small" if spec.backend.name == "cpu" else "bench"
+        shapes = "small" if spec.target.interpret else "bench"
     if shapes not in corpus.SHAPE_SETS:
         raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
     refs = corpus.find_tasks(s, source, ops)
@@ -68,7 +112,7 @@ def check(
         out.print(_check_table(results, spec.label, shapes))
     failed = [r for r in results if r["status"] != "pass"]
     if failed:
-        err.print(f"[red]{len(failed)} of {len(results)} ops failed[/]")
+        say(f"{len(failed)} of {len(results)} ops failed: see the table (--json for each op's full error)", style="red")
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -85,8 +129,10 @@ def _check_table(results: list[dict], device: str, shapes: str):
     rows = []
     for r in results:
         status = r["status"] + (f" ({r['stage']})" if r["status"] == "error" else "")
-        rows.append([r["source"], r["op"], status, fmt_num(r.get("max_abs")), fmt_num(r.get("max_rel")),
-                     _shapes_text(r.get("input_shapes", []), r.get("input_dtypes", [])),
+        rows.append([r["source"], r["op"], status, r.get("shape_origin") or "-", fmt_num(r.get("max_abs")),
+                     fmt_num(r.get("max_rel")), _shapes_text(r.get("input_shapes", []), r.get("input_dtypes", [])),
                      fmt_num(r.get("model_ms"), ".3f"), r.get("error", "")])
+    # "shapes" says where each op's small shapes come from: file (SMALL_SHAPES), config,
+    # derived (farm.corpus.shapes), full (its own shapes fit the small budget)
     return table(f"ops check on {device} ({shapes} shapes)",
-                 ["source", "op", "result", "max abs", "max rel", "inputs", "ms", "error"], rows)
+                 ["source", "op", "result", "shapes", "max abs", "max rel", "inputs", "ms", "error"], rows)

@@ -6,13 +6,26 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm import corpus
-from farm.backends import resolve_device
-from farm.cli.common import (JsonOption, OpsOpt, SourceOpt, err, fmt_size, handle_errors, out, print_json,
-                             progress_bar, settings, table)
+from farm.cli.common import (
+    JsonOption,
+    OpsOpt,
+    SourceOpt,
+    common_cause,
+    error_line,
+    say,
+    fmt_size,
+    handle_errors,
+    out,
+    print_json,
+    progress_bar,
+    settings,
+    table,
+)
+from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
-from farm.reference import generate_references
+from farm.reference.generate import generate_references
 from farm.storage import open_folder, open_store
+from farm.targets import usable_device
 
 
 @handle_errors
@@ -22,7 +35,8 @@ def reference(
     ops: OpsOpt = None,
     output_dir: Annotated[Optional[str], typer.Option(
         "--output-dir", "-o", help="Write <dir>/<source>/<op>.pt and <dir>/manifest.json (the existing tools' layout).")] = None,
-    store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")] = None,
+    store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store]; with --output-dir it "
+                                                   "keeps only the secret seed sets of reference-data-mode ops.")] = None,
     device: Annotated[str, typer.Option(help="Source device: N (CUDA index), cuda:N, cpu, npu:N, or auto.")] = "auto",
     seed: Annotated[Optional[int], typer.Option(help="Seed [reference.seed].")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [reference.timeout_s].")] = None,
@@ -31,13 +45,13 @@ def reference(
     as_json: bool = JsonOption,
 ) -> None:
     """Run each task's original Model and store its inputs and outputs; exit 1 if any op failed."""
-    if output_dir and store:
-        raise FarmError("give either --output-dir or --store, not both")
     s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store})
     target = open_folder(output_dir) if output_dir else open_store(s.store, s)
-    spec = resolve_device(device, default_target="cuda")
+    # the folder is the existing tools' layout and is handed around: secret seed sets stay in the store
+    secret_store = open_store(s.store, s) if output_dir else target
+    spec = usable_device(device, default_target="cuda")
     if shapes == "auto":
-        shapes = "small" if spec.backend.name == "cpu" else "bench"
+        shapes = "small" if spec.target.interpret else "bench"
     if shapes not in corpus.SHAPE_SETS:
         raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
     refs = corpus.find_tasks(s, source, ops)
@@ -45,14 +59,19 @@ def reference(
         bar = progress.add_task(f"reference on {spec.label}", total=len(refs))
         results = generate_references(
             refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
-            on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"))
+            on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"),
+            seed_sets=s.reference.seed_sets, secret_store=secret_store)
     if as_json:
         print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
     else:
         out.print(_summary(results, target.url))
     failed = [r for r in results if not r.get("success")]
+    cause = common_cause([{"error": error_line(r.get("error"))} for r in failed], len(results))
+    if cause:
+        say(f"error: {cause}", style="bold red")
     if failed:
-        err.print(f"[red]{len(failed)} of {len(results)} ops failed[/]")
+        say(f"{len(failed)} of {len(results)} ops failed: see the error column; full errors in "
+            f"{target.url}/refs/manifest.json (farm cache ls)", style="red")
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -66,8 +85,14 @@ def _summary(results: list[dict], url: str):
         else:
             status = f"failed ({r.get('stage')})"
         error = (r.get("error") or "").splitlines()[-1:] or [""]
-        rows.append([r["source"], r["op_name"], status, fmt_size(r.get("size_bytes")),
+        rows.append([r["source"], r["op_name"], status, _truth(r), fmt_size(r.get("size_bytes")),
                      f"{r['elapsed_s']:.2f}" if r.get("elapsed_s") is not None else "-", error[0]])
     ok = sum(1 for r in results if r.get("success"))
     return table(f"reference data -> {url}: {ok}/{len(results)} ok",
-                 ["source", "op", "result", "size", "seconds", "error"], rows)
+                 ["source", "op", "result", "truth", "size", "seconds", "error"], rows)
+
+
+def _truth(r: dict) -> str:
+    if r.get("mode") == "reference-data":
+        return f"recorded, {r.get('seed_sets') or 0} secret seed sets" if r.get("success") else "recorded"
+    return r.get("reference_class") or ("Model" if r.get("mode") == "model" else "-")

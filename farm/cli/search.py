@@ -9,42 +9,83 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm import corpus
-from farm.backends import DeviceSpec, resolve_device
-from farm.cli.common import (FlushOpt, JsonOption, err, fmt_num, handle_errors, out, print_json, progress_bar,
-                             settings, table)
+from farm.cli import report_cmd
+from farm.cli.common import (
+    use_frontend_setting,
+    FlushOpt,
+    TimingModeOpt,
+    JsonOption,
+    fmt_num,
+    handle_errors,
+    out,
+    print_json,
+    progress_bar,
+    common_cause,
+    error_line,
+    say,
+    settings,
+    table,
+)
+from farm.corpus import tasks as corpus
+from farm.corpus.tasks import validate_name
+from farm.evaluate import profiles
 from farm.errors import EXIT_FAILED, FarmError
-from farm.generators import OFFLINE_DEFAULT, load_generator
-from farm.reference import generate_references, load_pt
+from farm.evaluate.timing import check_flush, check_mode
+from farm.generators import DEFAULT_CHAIN, load_generator
+from farm.reference import seedsets
+from farm.reference.generate import generate_references, load_pt
+from farm.search import ledger
 from farm.search.batch import cached_ops, load_reference, search_batch, summarize
 from farm.search.controller import SearchConfig, search_op
 from farm.storage import open_store
-from farm.timing import check_flush
+from farm.targets import DeviceSpec, resolve_device, usable_device
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
 TargetOpt = Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")]
-GeneratorsOpt = Annotated[str, typer.Option(help="Comma-separated generators: tune, port, inductor, llm.")]
-MaxTasksOpt = Annotated[int, typer.Option(help="Candidates to evaluate per op, seeds included.")]
+GeneratorsOpt = Annotated[str, typer.Option(
+    help="Generators (tune, port, inductor, llm): ',' within a tier, '>' before a tier that seeds only ops the "
+         "earlier tiers could not; the default adds '>llm' when llm.base_url is set.")]
+MaxTasksOpt = Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, seeds included.")]
+ProfileOpt = Annotated[str, typer.Option(
+    "--profile", help="Evaluation rules: farm (default: strict tolerances, secret seeds) or kernelbench (its "
+                      "tolerances, 5 trials, 100 timed reps, fast_p in the summary); docs/evaluator.md.")]
 
 
 def parse_devices(target: str, devices: str | None) -> list[DeviceSpec]:
     """'0,1,2,3' or '0 1 2 3' -> one DeviceSpec per device (cpu: just one)."""
-    first = resolve_device(target, default_target="cuda")
-    if first.backend.name == "cpu" or not devices:
+    first = usable_device(target, default_target="cuda", option="--target", notify=stand_in_notice)
+    if devices is None:
         return [first]
-    specs = []
-    for part in devices.replace(",", " ").split():
-        if not part.isdigit():
-            raise FarmError(f"--devices takes device indices like '0,1,2,3', not {devices!r}")
-        specs.append(resolve_device(f"{first.backend.name}:{part}"))
-    return specs
+    parts = devices.replace(",", " ").split()
+    if not parts or not all(p.isdigit() for p in parts):
+        raise FarmError(f"--devices takes device indices like '0,1,2,3', not {devices!r}")
+    if first.target.visible_env is None:
+        raise FarmError(f"target {first.target.name} has no devices to number: leave out --devices")
+    return [resolve_device(f"{first.target.name}:{part}", option="--devices") for part in parts]
 
 
-def make_generators(names: str) -> list:
-    chosen = [n.strip() for n in names.split(",") if n.strip()]
-    if not chosen:
-        raise FarmError("--generators names none")
-    return [load_generator(n) for n in chosen]
+def stand_in_notice(text: str) -> None:
+    say(text, style="yellow")
+
+
+def make_generators(names: str, llm_configured: bool = False) -> list:
+    """--generators: names separated by ',' within a tier and '>' between tiers (a later tier
+    seeds only ops that the earlier ones could not). The default chain gets '>llm' when an
+    LLM endpoint is configured (llm.base_url)."""
+    if names == DEFAULT_CHAIN and llm_configured:
+        names += ">llm"
+    out = []
+    for tier, group in enumerate(names.split(">")):
+        chosen = [n.strip() for n in group.split(",") if n.strip()]
+        if not chosen:
+            raise FarmError(f"--generators {names!r}: an empty tier (use names separated by ',' and '>')")
+        for name in chosen:
+            gen = load_generator(name)
+            gen.tier = tier
+            out.append(gen)
+    if len({g.name for g in out}) != len(out):
+        raise FarmError(f"--generators {names!r} names a generator twice")
+    return out
 
 
 @handle_errors
@@ -53,44 +94,52 @@ def search(
     source: Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Source (repeatable in batch mode).")] = None,
     op: Annotated[Optional[str], typer.Option(help="One op; without it, every cached op of the source(s).")] = None,
     ref_pt: Annotated[Optional[Path], typer.Option(help="Reference data file, with --task-file, outside any store.")] = None,
-    task_file: Annotated[Optional[Path], typer.Option(help="Task file that goes with --ref-pt.")] = None,
+    task_file: Annotated[Optional[Path], typer.Option(
+        "--task-file", "--benchmark-file", help="Task file that goes with --ref-pt (--benchmark-file: the existing "
+                                                "tools' name).")] = None,
     target: TargetOpt = "auto",
     devices: Annotated[Optional[str], typer.Option(help="Device indices, e.g. '0,1,2,3'.")] = None,
-    max_concurrent: Annotated[int, typer.Option(help="Candidates in flight per device.")] = 4,
+    max_concurrent: Annotated[int, typer.Option(min=1, help="Candidates in flight per device.")] = 4,
     max_tasks: MaxTasksOpt = 40,
-    chunk: Annotated[int, typer.Option(help="Candidates between two checkpoints.")] = 8,
-    generators: GeneratorsOpt = ",".join(OFFLINE_DEFAULT),
+    chunk: Annotated[int, typer.Option(min=1, help="Candidates between two checkpoints.")] = 8,
+    generators: GeneratorsOpt = DEFAULT_CHAIN,
     run: Annotated[Optional[str], typer.Option(help="Run name (runs/<run>/...); reuse it to resume.")] = None,
     store: StoreOpt = None,
     seed: Annotated[int, typer.Option(help="Seed of the search's random choices.")] = 0,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Batch: search ops recorded as error again.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Search again from scratch, ignoring ledger and checkpoints.")] = False,
     flush: Annotated[str, FlushOpt] = "write",
+    page: bool = report_cmd.ReportOption,
+    profile: ProfileOpt = "farm",
+    timing_mode: Annotated[str, TimingModeOpt] = "auto",
     as_json: bool = JsonOption,
 ) -> None:
     """Evolutionary search for fast, verified kernels: one op, or every cached op of the sources."""
     s = settings(ctx, {"store": store})
+    use_frontend_setting(s)
     st = open_store(s.store, s)
     specs = parse_devices(target, devices)
+    gens = make_generators(generators, bool(s.llm.base_url))
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
-                          generators=tuple(g.strip() for g in generators.split(",")), flush=check_flush(flush))
-    gens = make_generators(generators)
-    run = run or _default_run_name()
+                          generators=tuple(g.name for g in gens), flush=check_flush(flush),
+                          profile=profiles.get(profile).name,
+                          timing_mode=check_mode(timing_mode))
+    run = validate_name(run or _default_run_name(), "run", "--run")
     if ref_pt or task_file:
         if not (ref_pt and task_file):
-            raise FarmError("--ref-pt and --task-file go together")
-        ref = corpus.ref_from_file(task_file, (source or ["local"])[0])
+            raise FarmError("--ref-pt and --task-file (--benchmark-file) go together")
+        ref = corpus.ref_from_file(task_file, (source or ["local"])[0], settings=s)
         if not ref_pt.is_file():
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
-        rows = [_one(ref, load_pt(ref_pt), st, run, specs, gens, config, force, as_json)]
+        rows = [_one(ref, seedsets.attach(st, load_pt(ref_pt)), st, run, specs, gens, config, force, as_json)]
     elif op:
         if not source or len(source) != 1:
             raise FarmError("--op needs exactly one --source")
-        [ref] = corpus.find_tasks(s, source, [op])
+        [ref] = corpus.find_tasks(s, source, [op], op_option="--op")
         rows = [_one(ref, load_reference(st, ref.source, ref.op), st, run, specs, gens, config, force, as_json)]
     else:
         rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json)
-    _report(rows, run, st.url, as_json)
+    _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)")
 
 
 def _default_run_name() -> str:
@@ -100,7 +149,7 @@ def _default_run_name() -> str:
 def _one(ref, data, st, run, specs, gens, config, force, as_json) -> dict:
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"{ref.key} on {specs[0].label}", total=config.max_tasks)
-        outcome = search_op(ref, data, st, run, specs[0].backend.name, specs, gens, config, force=force,
+        outcome = search_op(ref, data, st, run, specs[0].target.name, specs, gens, config, force=force,
                             on_event=_bar_updater(progress, bar, ref.key))
     return outcome.as_dict()
 
@@ -122,30 +171,75 @@ def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_jso
     refs = [known[p] for p in pairs]
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("batch", total=len(refs))
-        rows = search_batch(refs, st, run, specs[0].backend.name, specs, gens, config, retry_errors, force,
+        rows = search_batch(refs, st, run, specs[0].target.name, specs, gens, config, retry_errors, force,
                             on_op=lambda phase, row: progress.update(
                                 bar, advance=0 if phase == "start" else 1,
                                 description=f"{row['source']}/{row['op']}: {row.get('status', 'searching')}"))
     return rows
 
 
-def _report(rows: list[dict], run: str, url: str, as_json: bool) -> None:
-    totals = summarize(rows)
+def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: str = "farm",
+            redo: str = "--force") -> None:
+    totals, url = summarize(rows, profile), st.url
+    written = report_cmd.try_write(st, run) if page else {}
     if as_json:
-        print_json({"run": run, "store": url, "summary": totals, "ops": rows})
+        print_json({"run": run, "store": st.url, "summary": totals, "ops": rows, "report": written.get("page")})
     else:
-        out.print(leaderboard(rows, f"run {run} ({url})"))
+        out.print(leaderboard(rows, f"run {run} ({st.url})"))
         out.print(" ".join(f"{k}: {v}" for k, v in totals.items()))
-    if totals["failed"]:
+        report_cmd.print_line(written)
+    if totals["skipped"]:
+        say(f"{totals['skipped']} op(s) skipped: already finished in run {run} ({url}/{ledger.key(run)}); "
+            f"{redo} searches them again, a higher --max-tasks continues them, --run NAME starts a new run",
+            style="yellow")
+    # an op skipped because its search ended in error before is still in error
+    failed = [r for r in rows if r["status"] == "failed" or (r["status"] == "skipped" and r.get("previous") == "error")]
+    if failed:
+        where = ["the error column above" if not as_json else "each op's \"error\" in the JSON"]
+        if any(r.get("stop_reason", "").startswith("reference") for r in failed):
+            where.append(f"reference errors in full in {url}/refs/manifest.json (farm cache ls)")
+        if any(not r.get("stop_reason", "").startswith("reference") for r in failed):
+            where.append(f"search errors in {url}/{ledger.key(run)}")
+        say(f"{len(failed)} of {totals['total']} op(s) ended in error: see {'; '.join(where)}", style="red")
         raise typer.Exit(EXIT_FAILED)
 
 
 def leaderboard(rows: list[dict], title: str):
-    ordered = sorted(rows, key=lambda r: (r["status"] != "succeeded", -(r.get("speedup_vs_model") or 0)))
-    return table(title, ["source", "op", "result", "pass", "best ms", "vs Model", "vs Reference", "tried", "stop"],
+    ordered = sorted(corpus.natural_sorted(rows, key=lambda r: f"{r.get('source', '')}/{r.get('op', '')}"),
+                     key=lambda r: (r["status"] != "succeeded", -(r.get("speedup_vs_model") or 0)))
+    return table(title, ["source", "op", "result", "pass", "best ms", "mode", "vs Model", "vs Reference",
+                         "of limit", "promoted", "tried", "stop / error"],
                  [[r["source"], r["op"], r["status"], f"{r.get('passed', 0)}", fmt_num(r.get("best_time_ms"), ".4f"),
-                   fmt_num(r.get("speedup_vs_model"), ".2f"), fmt_num(r.get("speedup_vs_reference"), ".2f"),
-                   r.get("submitted", 0), r.get("stop_reason") or r.get("error", "")[:60]] for r in ordered])
+                   r.get("timing_mode") or "-", _vs_model(r), fmt_num(r.get("speedup_vs_reference"), ".2f"),
+                   fmt_num(r.get("fraction_of_limit"), ".2f"), "yes" if r.get("promoted") else "no",
+                   r.get("submitted", 0), _stop_text(r)] for r in ordered])
+
+
+def _stop_text(row: dict) -> str:
+    """Why a failed op failed (its stop reason is only 'error'), why nothing could seed it
+    (no_seed), else why its search stopped."""
+    stop, error = row.get("stop_reason") or "", row.get("error") or ""
+    if row["status"] == "failed" or (row["status"] == "skipped" and row.get("previous") == "error"):
+        return f"{stop or 'error'}: {error or 'no reason recorded'}"[:200]
+    if stop == "no_seed" and error:
+        return f"no_seed: {error.removeprefix('no generator seeds this op: ')[:160]}"
+    return stop or error[:60]
+
+
+def reference_failures(made: list[dict]) -> list[dict]:
+    """Leaderboard rows for the ops that got no reference data, so they count as failed."""
+    return [{"source": r["source"], "op": r["op_name"], "status": "failed", "stop_reason": f"reference ({r.get('stage')})",
+             "error": error_line(r.get("error")), "submitted": 0, "passed": 0} for r in made if not r.get("success")]
+
+
+def _vs_model(row: dict) -> str:
+    """A ratio not shown faster with confidence is not reported as a speedup."""
+    ratio = row.get("speedup_vs_model")
+    if ratio is None:
+        return "-"
+    if row.get("status") == "succeeded" and not row.get("promoted") and "not faster" in row.get("promotion", ""):
+        return f"not faster ({ratio:.2f})"
+    return f"{ratio:.2f}"
 
 
 @handle_errors
@@ -154,32 +248,43 @@ def run_local(
     source: Annotated[str, typer.Option("--source", "-s", help="Source to run end to end.")] = "demo",
     target: TargetOpt = "auto",
     max_tasks: MaxTasksOpt = 12,
-    generators: GeneratorsOpt = ",".join(OFFLINE_DEFAULT),
+    generators: GeneratorsOpt = DEFAULT_CHAIN,
     run: Annotated[Optional[str], typer.Option(help="Run name [local-<source>-<target>].")] = None,
     store: StoreOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Search again even where this run already finished.")] = False,
+    page: bool = report_cmd.ReportOption,
+    profile: ProfileOpt = "farm",
     as_json: bool = JsonOption,
 ) -> None:
     """Reference data then search for every op of a source, in this process: no Redis, no S3."""
     s = settings(ctx, {"store": store})
+    use_frontend_setting(s)
     st = open_store(s.store, s)
-    spec = resolve_device(target, default_target="cuda")
-    shapes = "small" if spec.backend.name == "cpu" else "bench"
+    spec = usable_device(target, default_target="cuda", option="--target", notify=stand_in_notice)
+    shapes = "small" if spec.target.interpret else "bench"
     refs = corpus.find_tasks(s, [source])
+    name = run or f"local-{source}-{spec.target.name}"
+    validate_name(name, "run", "--run")
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"reference data on {spec.label}", total=len(refs))
         made = generate_references(refs, st, spec, s.reference.seed, shapes, s.reference.timeout_s,
                                    on_done=lambda r: progress.update(bar, advance=1))
-    failed = [f"{r['source']}/{r['op_name']} ({r.get('stage')})" for r in made if not r.get("success")]
-    if failed:
-        err.print(f"[yellow]no reference data for {', '.join(failed)}: those ops are not searched[/]")
+    failed = reference_failures(made)
+    cause = common_cause(failed, len(made))
+    if cause:
+        say(f"error: {cause}", style="bold red")
+    elif failed:
+        say(f"no reference data for {', '.join(r['source'] + '/' + r['op'] for r in failed)}: "
+            "those ops are not searched", style="yellow")
     ok = {(r["source"], r["op_name"]) for r in made if r.get("success")}
-    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4,
-                          generators=tuple(g.strip() for g in generators.split(",")))
+    gens = make_generators(generators, bool(s.llm.base_url))
+    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens),
+                          profile=profiles.get(profile).name)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("search", total=len(ok))
-        rows = search_batch([r for r in refs if (r.source, r.op) in ok], st, run or f"local-{source}-{spec.backend.name}",
-                            spec.backend.name, [spec], make_generators(generators), config, force=force,
+        # errors are searched again each time: what failed may have been the machine (a full disk)
+        rows = search_batch([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec], gens,
+                            config, retry_errors=True, force=force,
                             on_op=lambda phase, row: progress.update(
                                 bar, advance=0 if phase == "start" else 1, description=f"search {row['op']}"))
-    _report(rows, run or f"local-{source}-{spec.backend.name}", st.url, as_json)
+    _report(failed + rows, name, st, as_json, page, config.profile)

@@ -16,10 +16,13 @@ from farm.generators.base import Candidate, Context, Generator, Proposal
 BUILTIN = {
     "tune": "farm.generators.tune:TuneGenerator",
     "port": "farm.generators.port:PortGenerator",
-    "inductor": "farm.generators.inductor:InductorGenerator",
-    "llm": "farm.generators.llm:LLMGenerator",
+    "inductor": "farm.generators.inductor.generator:InductorGenerator",
+    "llm": "farm.generators.llm.generator:LLMGenerator",
 }
 OFFLINE_DEFAULT = ("tune", "port")
+# --generators default: tune and port for Triton Models; where they cannot seed (a PyTorch
+# Model), inductor; with an LLM endpoint configured the CLI adds ">llm" for ops nothing seeds
+DEFAULT_CHAIN = ",".join(OFFLINE_DEFAULT) + ">inductor"
 
 __all__ = ["Candidate", "Context", "Generator", "Proposal", "load_generator", "available"]
 

@@ -46,6 +46,7 @@ class Context:
     device: dict[str, Any] = field(default_factory=dict)  # sm_count / num_vectorcore / cores
     rng: random.Random = field(default_factory=random.Random)
     recent_errors: list[str] = field(default_factory=list)
+    shape_policy: Any = None  # farm.corpus.shapes.ShapePolicy of the task (how its small shapes are made)
 
     @property
     def task_doc(self) -> str:
@@ -55,10 +56,17 @@ class Context:
 
 class Generator(ABC):
     name: str = "generator"
+    # seeding tier: tier n seeds an op only when every generator of lower tiers gave no seed
+    # (--generators "tune,port>inductor>llm"); every generator of the tier that seeded proposes
+    tier: int = 0
 
     def seeds(self, ctx: Context) -> list[Proposal]:
         """Initial candidates (generation 0); each seed starts a lineage. Default: none."""
         return []
+
+    def no_seed_reason(self, ctx: Context) -> str:
+        """Why seeds(ctx) gave nothing, in a few words, for the run's table and report.json."""
+        return "it makes no seeds"
 
     @abstractmethod
     def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:

@@ -1,4 +1,4 @@
-"""port: the CUDA Triton -> triton-ascend rewrite passes of farm.port as a generator.
+"""port: the CUDA Triton -> triton-ascend rewrite passes of farm.ascend.port as a generator.
 
 seeds: the task's Model with every pass applied, for every target. On ascend it is the port.
 On cuda and cpu it is still a valid seed and a lineage of its own: the rewrites must keep the
@@ -17,11 +17,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from farm.ascend.lint import find_launches, kernel_defs
+from farm.ascend.port import PASSES, Edits, PortContext, pass_tile, port
 from farm.errors import FarmError
+from farm.evaluate.static_checks import check_has_triton_kernel
 from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
-from farm.lint import find_launches, kernel_defs
-from farm.port import PASSES, Edits, PortContext, pass_tile, port
-from farm.static_checks import check_has_triton_kernel
 
 BLOCK_SUBS = tuple(2**i for i in range(5, 14))  # 32 .. 8192
 GRID_SCALES = (1, 2, 4)
@@ -43,6 +43,11 @@ class PortGenerator(Generator):
     def __init__(self, **options):
         if options:
             raise FarmError(f"port generator: unknown option(s) {', '.join(sorted(options))}; it takes none")
+
+    def no_seed_reason(self, ctx: Context) -> str:
+        if check_has_triton_kernel(ast.parse(ctx.task_source), ctx.task_source):
+            return "it only ports Triton kernels, and the Model launches none"
+        return "the port passes change nothing in this Model"
 
     def seeds(self, ctx: Context) -> list[Proposal]:
         if check_has_triton_kernel(ast.parse(ctx.task_source), ctx.task_source):

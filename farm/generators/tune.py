@@ -1,8 +1,10 @@
 """tune: find the tunable knobs of any Triton source and move them within valid values.
 
-Knobs are found in the source, not declared: launch keyword arguments that feed a kernel's
-`tl.constexpr` parameters (literals, or names bound to a literal in the same function or at
-module level), `num_warps` / `num_stages` at launches, and the entries of `triton.Config`
+Knobs are found in the source, not declared: launch arguments (by keyword or by position)
+that feed a kernel's `tl.constexpr` parameters (literals, names bound to a literal in the same
+function or at module level, or attributes such as an autograd.Function's `ctx.BLOCK` bound
+once to one), wherever the launch is (a module's forward, an autograd.Function's forward or
+backward), `num_warps` / `num_stages` at launches, and the entries of `triton.Config`
 lists. Only power-of-two block sizes are moved (tl.arange needs them); a value computed from
 the input (`triton.next_power_of_2(n)`) is left alone, since replacing it could break
 correctness for other shapes. Edits replace exact source spans, so everything else in the
@@ -76,17 +78,32 @@ def _is_pow2(v: object) -> bool:
 
 
 
+def _kernel_defs(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """@triton.jit (autotune, heuristics) functions by name."""
+    return {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and any(
+        _dotted(d.func if isinstance(d, ast.Call) else d).endswith(("jit", "autotune", "heuristics"))
+        for d in node.decorator_list)}
+
+
 def _kernels(tree: ast.Module) -> dict[str, set[str]]:
     """@triton.jit functions and their constexpr parameter names."""
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(
-            _dotted(d.func if isinstance(d, ast.Call) else d).endswith(("jit", "autotune", "heuristics"))
-            for d in node.decorator_list
-        ):
-            found[node.name] = {a.arg for a in node.args.args + node.args.kwonlyargs
-                                if a.annotation is not None and _dotted(a.annotation).endswith("constexpr")}
-    return found
+    return {name: {a.arg for a in node.args.args + node.args.kwonlyargs
+                   if a.annotation is not None and _dotted(a.annotation).endswith("constexpr")}
+            for name, node in _kernel_defs(tree).items()}
+
+
+def _launch_keywords(call: ast.Call, kernel: ast.FunctionDef, constexprs: set[str]) -> list[ast.keyword]:
+    """The launch's keyword arguments, plus its positional arguments that land on a constexpr
+    parameter (`_k[grid](x, y, n, BLOCK)`), named as keywords so both are read alike. After a
+    `*args` the positions are unknown, so the reading stops there."""
+    params = [a.arg for a in kernel.args.args]
+    positional = []
+    for i, arg in enumerate(call.args[:len(params)]):
+        if isinstance(arg, ast.Starred):
+            break
+        if params[i] in constexprs:
+            positional.append(ast.keyword(arg=params[i], value=arg))
+    return positional + list(call.keywords)
 
 
 def _autotuned(tree: ast.Module) -> set[str]:
@@ -109,6 +126,23 @@ def _literal_binding(name: str, scopes: list[ast.AST]) -> ast.Constant | None:
     return None
 
 
+def _attribute_binding(attr: ast.Attribute, tree: ast.Module, scopes_of) -> ast.Constant | None:
+    """The int literal behind `ctx.BLOCK` (or `self.BLOCK`): an autograd.Function's backward
+    often reads the block sizes its forward stored on ctx. Bound exactly once in the file, to
+    a literal or to a name bound to one (`ctx.BLOCK = BLOCK`)."""
+    target = _dotted(attr)
+    values = [(n, n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Attribute) and _dotted(t) == target]
+    if len(values) != 1:
+        return None
+    node, value = values[0]
+    if isinstance(value, ast.Constant) and _is_pow2(value.value):
+        return value
+    if isinstance(value, ast.Name):
+        return _literal_binding(value.id, scopes_of(node))
+    return None
+
+
 def _span_knob(name: str, kind: str, node: ast.AST, value: int | None) -> Knob:
     return Knob(name, kind, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, value)
 
@@ -116,6 +150,7 @@ def _span_knob(name: str, kind: str, node: ast.AST, value: int | None) -> Knob:
 def find_knobs(source: str) -> list[Knob]:
     tree = ast.parse(source)
     kernels = _kernels(tree)
+    defs = _kernel_defs(tree)
     autotuned = _autotuned(tree)
     knobs: dict[tuple, Knob] = {}
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -134,8 +169,9 @@ def find_knobs(source: str) -> list[Knob]:
         func = node.func
         if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in kernels:
             kname = func.value.id
-            for kw in node.keywords:
-                _launch_knob(knobs, kname, kw, kernels[kname], scopes_of(node))
+            for kw in _launch_keywords(node, defs[kname], kernels[kname]):
+                _launch_knob(knobs, kname, kw, kernels[kname], scopes_of(node),
+                             lambda attr: _attribute_binding(attr, tree, scopes_of))
             if kname not in autotuned:
                 _absent_warps_knob(knobs, kname, node)
         elif _dotted(func).endswith("Config"):
@@ -143,23 +179,26 @@ def find_knobs(source: str) -> list[Knob]:
     return sorted(knobs.values(), key=lambda k: (k.line, k.col))
 
 
-def _launch_knob(knobs: dict, kname: str, kw: ast.keyword, constexprs: set[str], scopes: list) -> None:
+def _launch_knob(knobs: dict, kname: str, kw: ast.keyword, constexprs: set[str], scopes: list,
+                 attribute_binding) -> None:
+    bound = None
+    if isinstance(kw.value, ast.Name):
+        bound = _literal_binding(kw.value.id, scopes)
+    elif isinstance(kw.value, ast.Attribute):
+        bound = attribute_binding(kw.value)
     if kw.arg in ("num_warps", "num_stages"):
         kind = "warps" if kw.arg == "num_warps" else "stages"
         value = kw.value.value if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int) else None
         target = kw.value
-        if isinstance(kw.value, ast.Name):
-            bound = _literal_binding(kw.value.id, scopes)
-            target, value = (bound, bound.value) if bound is not None else (kw.value, None)
+        if bound is not None:
+            target, value = bound, bound.value
         knobs[(target.lineno, target.col_offset)] = _span_knob(f"{kname}.{kw.arg}", kind, target, value)
     elif kw.arg in constexprs:
         if isinstance(kw.value, ast.Constant) and _is_pow2(kw.value.value):
             knobs[(kw.value.lineno, kw.value.col_offset)] = _span_knob(f"{kname}.{kw.arg}", "block", kw.value,
                                                                        kw.value.value)
-        elif isinstance(kw.value, ast.Name):
-            bound = _literal_binding(kw.value.id, scopes)
-            if bound is not None:
-                knobs[(bound.lineno, bound.col_offset)] = _span_knob(f"{kname}.{kw.arg}", "block", bound, bound.value)
+        elif bound is not None:
+            knobs[(bound.lineno, bound.col_offset)] = _span_knob(f"{kname}.{kw.arg}", "block", bound, bound.value)
 
 
 def _absent_warps_knob(knobs: dict, kname: str, call: ast.Call) -> None:
@@ -245,6 +284,9 @@ class TuneGenerator(Generator):
         self.crossover_rate = crossover_rate
         self.tile_move_rate = tile_move_rate
         self.tile_seeds = tuple(tile_seeds)
+
+    def no_seed_reason(self, ctx: Context) -> str:
+        return "it only reworks Triton kernels, and the Model launches none"
 
     def seeds(self, ctx: Context) -> list[Proposal]:
         """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate), and

@@ -8,14 +8,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from farm import corpus, manifest
-from farm.backends import DeviceSpec
-from farm.errors import FarmError
+from farm.corpus import tasks as corpus
+from farm.corpus.tasks import natural_sorted
+from farm.errors import FarmError, IntegrityError
 from farm.generators import Generator
-from farm.reference import load_pt
+from farm.reference import manifest, seedsets
+from farm.reference.generate import load_pt
 from farm.search import ledger
 from farm.search.controller import OpOutcome, SearchConfig, search_op
 from farm.storage import Store
+from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
 
@@ -25,17 +27,24 @@ def load_reference(store: Store, source: str, op: str) -> dict[str, Any]:
     key = manifest.ref_key(source, op)
     if store.head(key) is None:
         raise FarmError(f"no reference data {key} in {store.url}: run `farm reference --source {source} --ops {op}`")
+    fix = f"regenerate it with `farm reference --source {source} --ops {op} --force`"
     with tempfile.TemporaryDirectory(prefix="farm-ref-") as tmp:
-        info = store.get_file(key, Path(tmp) / "ref.pt")
-        data = load_pt(Path(tmp) / "ref.pt")
+        try:
+            info = store.get_file(key, Path(tmp) / "ref.pt")
+        except IntegrityError as exc:
+            raise IntegrityError(f"{exc}; {fix}") from None
+        try:
+            data = load_pt(Path(tmp) / "ref.pt")
+        except FarmError as exc:
+            raise FarmError(f"{store.url}/{key}: {str(exc).split(': ', 1)[-1]}; {fix}") from None
     data["_sha256"] = info.sha256
-    return data
+    return seedsets.attach(store, data)
 
 
 def cached_ops(store: Store, sources: list[str] | None) -> list[tuple[str, str]]:
     entries = manifest.entries(store)
-    return sorted((e["source"], e["op_name"]) for e in entries.values()
-                  if e.get("success") and (not sources or e["source"] in sources))
+    return natural_sorted(((e["source"], e["op_name"]) for e in entries.values()
+                           if e.get("success") and (not sources or e["source"] in sources)), key="/".join)
 
 
 def search_batch(
@@ -57,7 +66,7 @@ def search_batch(
     rows = []
     for ref in refs:
         name = ref.key
-        if ledger.should_skip(done.get(name), retry_errors, force):
+        if ledger.should_skip(done.get(name), retry_errors, force, config.max_tasks):
             row = {"source": ref.source, "op": ref.op, "status": "skipped",
                    "previous": done[name]["status"], **done[name].get("result", {})}
             row["status"] = "skipped"
@@ -70,7 +79,8 @@ def search_batch(
             outcome = search_op(ref, data, store, run, target, devices, generators, config, force=force,
                                 on_event=on_event)
         except FarmError as exc:
-            outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc))
+            outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc),
+                                transient=getattr(exc, "transient", False))
         except KeyboardInterrupt:
             log.warning("interrupted during %s: its checkpoint stays, the ledger does not mark it done", name)
             raise
@@ -81,7 +91,14 @@ def search_batch(
     return rows
 
 
-def summarize(rows: list[dict]) -> dict[str, int]:
+def summarize(rows: list[dict], profile: str = "farm") -> dict[str, Any]:
+    """Counts by status; under the kernelbench profile also its fast_p (p = 0, 1, 2): the
+    fraction of the ops that passed and beat the Model by more than p (farm.evaluate.profiles)."""
+    from farm.evaluate import profiles
+
     count = lambda s: sum(1 for r in rows if r["status"] == s)  # noqa: E731
-    return {"total": len(rows), "succeeded": count("succeeded"), "zero_pass": count("zero_pass"),
-            "failed": count("failed"), "skipped": count("skipped")}
+    out: dict[str, Any] = {"total": len(rows), "succeeded": count("succeeded"), "zero_pass": count("zero_pass"),
+                           "failed": count("failed"), "skipped": count("skipped")}
+    for p in profiles.get(profile).fast_p:
+        out[f"fast_{p:g}"] = round(profiles.fast_p(rows, p), 4)
+    return out

@@ -19,20 +19,25 @@ from dataclasses import asdict, dataclass, field, replace
 from queue import Queue
 from typing import Any, Callable
 
-from farm import corpus
-from farm.backends import DeviceSpec
+from farm.corpus import tasks as corpus
 from farm.errors import FarmError
-from farm.evaluator import EvalSettings, Evaluator
+from farm.evaluate import speedup as speedups
+from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.generators import Candidate, Context, Generator, Proposal
+from farm.reference.manifest import now
 from farm.search import results, selection
 from farm.search.database import Database, Record, normalized_hash
 from farm.storage import Store
 from farm.storage.base import dump_json
+from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 PROPOSAL_ATTEMPTS = 12  # tries to find a non-duplicate child before giving up on a slot
+# per candidate, in the checkpoint: the figure, its timing mode and why, and the per-call figure
+TIMING_KEPT = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "method", "mode", "mode_reason", "op_mode", "flush",
+               "graph_calls", "per_call_ms")
 
 
 @dataclass
@@ -45,7 +50,9 @@ class SearchConfig:
     early_stop: bool = True
     window: int = 5  # candidates per convergence window
     time_budget_s: float | None = None
-    flush: str = "write"  # the timer's cache flush: write (as do_bench) or clean (farm.timing)
+    flush: str = "write"  # the timer's cache flush: write (as do_bench) or clean (farm.evaluate.timing)
+    profile: str = "farm"  # evaluation rules (farm.evaluate.profiles): farm or kernelbench
+    timing_mode: str = "auto"  # auto (CUDA graph for short ops), events or graph (farm.evaluate.timing)
 
 
 @dataclass
@@ -63,6 +70,10 @@ class OpOutcome:
     baseline: dict = field(default_factory=dict)
     error: str = ""
     promoted: bool = False
+    transient: bool = False  # failed for a reason of the moment (disk full, lost connection): retry
+    promotion: str = ""  # why the best was promoted or not (farm.evaluate.speedup.promotion)
+    timing_mode: str = ""
+    fraction_of_limit: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,12 +109,15 @@ class OpSearch:
         self.rng = random.Random(config.seed)
         self.db = Database()
         self.pending_seeds: list[dict] = []
+        self.seed_reasons: dict[str, str] = {}  # generator -> why it gave no seed (when none did)
+        self.seed_tier: int | None = None  # the generator tier whose seeds started the search
         self.best_by_window: list[float] = []
         self.chunks_done = 0
         self.written: set[str] = set()
         self.device_info: dict = {}
         self.errors: list[str] = []
         self.started = time.monotonic()
+        self.started_at = now()  # wall clock, for reports; the first process's time survives a resume
 
     # ------------------------------------------------------------ state
 
@@ -111,8 +125,9 @@ class OpSearch:
         return {"version": STATE_VERSION, "run": self.run_name, "source": self.ref.source, "op": self.ref.op,
                 "target": self.target, "config": asdict(self.config), "status": status, "stop_reason": stop_reason,
                 "db": self.db.to_dict(), "rng": _rng_state(self.rng), "pending_seeds": self.pending_seeds,
+                "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
-                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256")}
+                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at}
 
     def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
         new = [r for r in self.db.records.values() if r.id not in self.written and r.verdict != "pending"]
@@ -133,8 +148,12 @@ class OpSearch:
             self.db.lineage_submitted[rec.lineage] -= 1
         _set_rng_state(self.rng, state["rng"])
         self.pending_seeds = state["pending_seeds"]
+        self.seed_reasons = state.get("seed_reasons", {})
+        self.seed_tier = state.get("seed_tier")
+        self._drop_unused_fallbacks()
         self.best_by_window = state["best_by_window"]
         self.chunks_done = state["chunks_done"]
+        self.started_at = state.get("started_at") or self.started_at
         self.written = set(self.db.records)
         return state
 
@@ -143,17 +162,43 @@ class OpSearch:
     def _context(self, rng: random.Random) -> Context:
         return Context(task_source=self.ref.path.read_text(), op=self.ref.op, source=self.ref.source,
                        target=self.target, device={**self.device_info, "shapes": self.data.get("shapes", "bench")},
-                       rng=rng, recent_errors=self.errors[-3:])
+                       rng=rng, recent_errors=self.errors[-3:], shape_policy=self.ref.policy)
 
     def _make_seeds(self) -> None:
+        """Seeds of every generator; fallback generators only where the others gave none.
+        Where nothing seeds the op, seed_reasons says why, per generator."""
+        for tier in sorted({g.tier for g in self.generators.values()}):
+            self._seed_with([g for g in self.generators.values() if g.tier == tier])
+            if self.pending_seeds:
+                self.seed_tier = tier
+                break
+        self._drop_unused_fallbacks()
+
+    def _drop_unused_fallbacks(self) -> None:
+        """Generators of higher tiers than the one that seeded take no part in the search."""
+        if self.seed_tier is not None:
+            self.generators = {n: g for n, g in self.generators.items() if g.tier <= self.seed_tier}
+
+    def no_seed_text(self) -> str:
+        if not self.seed_reasons:
+            return ""
+        return "no generator seeds this op: " + "; ".join(f"{n}: {r}" for n, r in self.seed_reasons.items())
+
+    def _seed_with(self, generators: list[Generator]) -> None:
         ctx = self._context(random.Random(self.config.seed))
         seen = set()
-        for gen in self.generators.values():
+        for gen in generators:
             try:
                 proposals = gen.seeds(ctx)
             except FarmError as exc:
                 log.warning("generator %s gave no seeds for %s: %s", gen.name, self.ref.key, exc)
+                self.seed_reasons[gen.name] = str(exc)
                 continue
+            if not proposals:
+                try:
+                    self.seed_reasons[gen.name] = gen.no_seed_reason(ctx)
+                except Exception as exc:  # noqa: BLE001 - a reason is best effort
+                    self.seed_reasons[gen.name] = f"no seed ({type(exc).__name__})"
             for p in proposals:
                 h = normalized_hash(p.source)
                 if h not in seen:
@@ -201,6 +246,7 @@ class OpSearch:
                 for p in proposals:
                     rec = self._reserve(p, parent, parent.lineage, chunk)
                     if rec:
+                        rec.inspirations = [r.id for r in insp]
                         self.db.selections[parent.id] = self.db.selections.get(parent.id, 0) + 1
                         return rec
         return None
@@ -221,11 +267,17 @@ class OpSearch:
             result = evaluator.evaluate(rec.source, name=rec.id)
             with self.lock:
                 rec.verdict, rec.reason, rec.eval_s = result.verdict, result.reason[:2000], time.monotonic() - started
-                rec.device = evaluator.spec.label
+                rec.device, rec.sandbox = evaluator.spec.label, result.sandbox
                 if result.passed:
                     rec.time_ms = result.timing["median_ms"]
-                    rec.timing = {k: result.timing[k] for k in ("median_ms", "min_ms", "rse", "reps", "stop_reason")}
+                    rec.timing = {k: result.timing[k] for k in TIMING_KEPT if k in result.timing}
                     rec.speedup_vs_model, rec.speedup_vs_reference = result.speedup_vs_model, result.speedup_vs_reference
+                    rec.comparison, rec.limit = result.comparison, result.limit
+                    if result.backward:
+                        rec.backward = {**result.backward,
+                                        "fwd_bwd_ms": (result.timing_backward or {}).get("median_ms"),
+                                        "speedup_fwd_bwd_vs_model": result.speedup_fwd_bwd_vs_model,
+                                        "speedup_fwd_bwd_vs_reference": result.speedup_fwd_bwd_vs_reference}
                 else:
                     self.errors.append(f"{rec.id} ({rec.generator}) {result.verdict}: {result.reason[:500]}")
                     if rec.parent and self.db.selections.get(rec.parent, 0) > 0:
@@ -236,7 +288,7 @@ class OpSearch:
         self.on_event("candidate", {"id": rec.id, "verdict": rec.verdict, "time_ms": rec.time_ms,
                                     "generator": rec.generator, "submitted": self.db.submitted,
                                     "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
-                                    "device": rec.device})
+                                    "device": rec.device, "sandbox": rec.sandbox})
 
     def _window_update(self) -> None:
         done = sum(1 for r in self.db.records.values() if r.verdict != "pending")
@@ -287,7 +339,7 @@ class OpSearch:
         outcome when the search has finished, None when it should continue later (the
         distributed search task enqueues its continuation then)."""
         state = None if force else self.restore()
-        if state and state["status"] == "done":
+        if state and state["status"] == "done" and not self._budget_raised(state):
             return self._outcome(state["stop_reason"])
         pool: Queue = Queue()
         evaluators = [self.evaluator_factory(self.ref, self.data, spec, self._eval_settings(spec)) for spec in self.devices]
@@ -295,22 +347,42 @@ class OpSearch:
             for ev in evaluators:
                 pool.put(ev)
             baseline = evaluators[0].baseline()
+            how = getattr(evaluators[0], "verification", None)  # replaying benchmark evaluators have none
+            self.verified_by = how() if how else {}
             self.device_info = getattr(getattr(evaluators[0], "references", None), "device_info", {})
             if state is None:
                 self._make_seeds()
                 self.checkpoint()
             stop = self._loop(pool, max_chunks)
+            confirmation = self._confirm(evaluators[0]) if stop else None
         finally:
             for ev in evaluators:
                 ev.close()
-        return self._finish(stop, baseline) if stop else None
+        return self._finish(stop, baseline, confirmation) if stop else None
+
+    def _confirm(self, evaluator: Evaluator) -> dict | None:
+        """The best, re-timed against the Model in a fresh candidate runner before promotion."""
+        best = self.db.best()
+        if best is None or not hasattr(evaluator, "confirm"):
+            return None
+        confirmation = evaluator.confirm(best.source, name=f"{best.id}-confirm")
+        confirmation["candidate"] = best.id
+        confirmation["model_runs"] = evaluator.model_runs()
+        self.on_event("confirm", confirmation)
+        return confirmation
+
+    def _budget_raised(self, state: dict) -> bool:
+        """A search that stopped on its budget goes on when asked again with a larger one."""
+        return state.get("stop_reason") == "budget" and self.db.submitted < self.config.max_tasks
 
     def _eval_settings(self, spec: DeviceSpec) -> EvalSettings | None:
-        """The evaluator's settings, with the search's cache flush in its timing options."""
-        if self.config.flush == "write":
+        """The evaluator's settings, with the search's cache flush and timing mode."""
+        if self.config.flush == "write" and self.config.timing_mode == "auto" and (
+                self.eval_settings or self.config.profile == "farm"):
             return self.eval_settings
-        base = self.eval_settings or EvalSettings.for_device(spec)
-        return replace(base, timing={**base.timing, "flush": self.config.flush})
+        base = self.eval_settings or EvalSettings.for_device(spec, self.config.profile)
+        extra = {} if self.config.flush == "write" else {"flush": self.config.flush}
+        return replace(base, timing={**base.timing, **extra}, mode=self.config.timing_mode)
 
     def _loop(self, pool: Queue, max_chunks: int | None) -> str:
         slots = len(self.devices) * self.config.max_concurrent
@@ -327,6 +399,8 @@ class OpSearch:
                 self.checkpoint()
                 self.on_event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted})
                 if ran == 0:
+                    if not self.db.records and self.seed_reasons:
+                        return "no_seed"
                     return "no_passing_parent" if not self.db.passing() else "exhausted"
 
     def _summary(self, stop: str, baseline: dict) -> dict:
@@ -334,20 +408,41 @@ class OpSearch:
         return {"run": self.run_name, "source": self.ref.source, "op": self.ref.op, "target": self.target,
                 "device_name": device_name, "stop_reason": stop, "submitted": self.db.submitted,
                 "passed": len(self.db.passing()), "baseline": {k: v for k, v in baseline.items() if k.endswith("_ms")},
+                "baseline_timing": _baseline_spread(baseline), "started_at": self.started_at, "finished_at": now(),
                 "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
-                             "fresh_seeds": (self.eval_settings or EvalSettings()).fresh_seeds},
-                "generators": sorted(self.generators), "config": asdict(self.config)}
+                             "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
+                                 self.devices[0], self.config.profile)).fresh_seeds,
+                             "profile": self.config.profile, **getattr(self, "verified_by", {})},
+                "generators": sorted(self.generators), "config": asdict(self.config),
+                "no_seed": self.no_seed_text() if not self.db.records else ""}
 
-    def _finish(self, stop: str, baseline: dict) -> OpOutcome:
+    def _finish(self, stop: str, baseline: dict, confirmation: dict | None = None) -> OpOutcome:
         summary = self._summary(stop, baseline)
         best = self.db.best()
         summary["status"] = "succeeded" if best else "zero_pass"
         summary["best"] = results.candidate_row(best) if best else None
+        allowed, why = False, "no passing kernel"
+        if best is not None:
+            if confirmation is None:  # an evaluator without re-timing (replays in benchmarks)
+                allowed, why = True, "not re-timed"
+            elif confirmation.get("error"):
+                allowed, why = False, f"the re-timing failed: {confirmation['error']}"
+            else:
+                allowed, why = speedups.promotion(confirmation, confirmation.get("model_runs", True),
+                                                  timed=confirmation.get("timed", True))
+        summary["confirmation"] = confirmation
+        summary["promotion"] = {"allowed": allowed, "reason": why}
         results.write_report(self.store, self.prefix, summary, self.db)
-        promoted = results.promote(self.store, self.target, summary, best) if best else False
+        promoted = results.promote(self.store, self.target, summary, best) if best and allowed else False
         self.checkpoint(status="done", stop_reason=stop)
         outcome = self._outcome(stop, baseline)
-        outcome.promoted = promoted
+        outcome.promoted, outcome.promotion = promoted, why
+        if confirmation and confirmation.get("time_ms") is not None:
+            outcome.speedup_vs_model = (confirmation.get("model") or {}).get("ratio")
+            outcome.speedup_vs_reference = (confirmation.get("reference") or {}).get("ratio")
+            outcome.best_time_ms = confirmation.get("time_ms")
+            outcome.timing_mode = (confirmation.get("timing") or {}).get("mode", "")
+            outcome.fraction_of_limit = (confirmation.get("limit") or {}).get("fraction")
         return outcome
 
     def _outcome(self, stop: str, baseline: dict | None = None) -> OpOutcome:
@@ -356,7 +451,16 @@ class OpSearch:
                          submitted=self.db.submitted, passed=len(self.db.passing()), best_id=best and best.id,
                          best_time_ms=best and best.time_ms, speedup_vs_model=best and best.speedup_vs_model,
                          speedup_vs_reference=best and best.speedup_vs_reference,
-                         baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")})
+                         baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")},
+                         error=self.no_seed_text() if not self.db.records else "",
+                         timing_mode=((best.timing or {}).get("mode") or "") if best else "",
+                         fraction_of_limit=(best.limit or {}).get("fraction") if best else None)
+
+
+def _baseline_spread(baseline: dict) -> dict:
+    """How each baseline's median was measured (reps, spread, timer), for reports."""
+    return {k[:-len("_timing")]: {f: v[f] for f in TIMING_KEPT if f in v}
+            for k, v in baseline.items() if k.endswith("_timing") and isinstance(v, dict)}
 
 
 def _as_candidate(rec: Record) -> Candidate:
@@ -375,4 +479,5 @@ def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, 
         return OpSearch(task_ref, ref_data, store, run, target, devices, generators, config, eval_settings,
                         on_event, evaluator_factory).run(force=force)
     except FarmError as exc:
-        return OpOutcome(task_ref.source, task_ref.op, "failed", "error", error=str(exc))
+        return OpOutcome(task_ref.source, task_ref.op, "failed", "error", error=str(exc),
+                         transient=getattr(exc, "transient", False))

@@ -41,6 +41,11 @@ class Record:
     eval_s: float | None = None
     chunk: int = 0
     device: str = ""
+    sandbox: str = ""  # the runner's operating-system boundary when it was judged: bwrap or none
+    backward: dict | None = None  # training ops: how the backward was verified, fwd+bwd time and speedups
+    inspirations: list[str] = field(default_factory=list)  # ids shown to the generator beside the parent
+    comparison: dict | None = None  # how its speedups were measured (farm.evaluate.speedup)
+    limit: dict | None = None  # the physical limit and the fraction of it reached
 
     @property
     def passed(self) -> bool:
@@ -86,7 +91,9 @@ class Database:
 
     def passing(self, lineage: int | None = None) -> list[Record]:
         found = [r for r in self.records.values() if r.passed and (lineage is None or r.lineage == lineage)]
-        return sorted(found, key=lambda r: (r.time_ms, r.id))
+        # times of different modes never compete: a candidate that had to be timed per call in
+        # an op timed in CUDA graphs ranks after every one timed in the op's mode
+        return sorted(found, key=lambda r: (_off_mode(r), r.time_ms, r.id))
 
     def lineages(self) -> list[int]:
         return sorted({r.lineage for r in self.records.values()})
@@ -113,3 +120,8 @@ class Database:
             db.records[rec.id] = rec
             db.hashes[rec.source_hash] = rec.id
         return db
+
+
+def _off_mode(rec: Record) -> bool:
+    timing = rec.timing or {}
+    return bool(timing.get("op_mode")) and timing.get("mode") != timing.get("op_mode")

@@ -6,7 +6,11 @@
     kernels/<target>/<source>/<op>/best.py    self-contained, importable, with a header
     kernels/<target>/<source>/<op>/best.json  what best.py is and how it was verified
 
-A best kernel is promoted only if it beats the one already there on the same device.
+A best kernel is promoted only if its re-timing against the Model in a fresh runner shows it
+faster with 95% confidence where the Model runs (farm.evaluate.speedup.promotion), and if it
+beats the one already there on the same device in the same timing mode. best.json and the
+header of best.py carry the re-timed figures, their timing mode and the fraction of the
+device's physical limit.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ def candidate_row(rec: Record) -> dict[str, Any]:
             "lineage": rec.lineage, "generation": rec.generation, "verdict": rec.verdict, "error": rec.reason,
             "time_ms": rec.time_ms, "speedup_vs_model": rec.speedup_vs_model,
             "speedup_vs_reference": rec.speedup_vs_reference, "timing": rec.timing, "eval_s": rec.eval_s,
-            "device": rec.device, "chunk": rec.chunk}
+            "device": rec.device, "sandbox": rec.sandbox, "chunk": rec.chunk, "backward": rec.backward,
+            "inspirations": rec.inspirations, "timing_mode": (rec.timing or {}).get("mode"),
+            "comparison": rec.comparison, "limit": rec.limit, "fraction_of_limit": (rec.limit or {}).get("fraction")}
 
 
 def write_candidates(store: Store, prefix: str, records: list[Record]) -> None:
@@ -67,35 +73,63 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
         return "n/a" if v is None else f"{v:.3f}x"
 
     verified = summary.get("verified", {})
+    figures = confirmed_figures(summary, rec)
     return (
         f'"""Kernel Farm best kernel: {summary["source"]}/{summary["op"]} for target {summary["target"]}.\n\n'
         f"Device: {summary.get('device_name', '?')}\n"
         f"Run: {summary['run']}  candidate: {rec.id} ({rec.generator}, generation {rec.generation}, lineage {rec.lineage})\n"
-        f"Median time: {rec.time_ms:.6g} ms  speedup vs original Model: {fmt(rec.speedup_vs_model)}  "
-        f"vs PyTorch Reference: {fmt(rec.speedup_vs_reference)}\n"
+        f"Median time: {figures['time_ms']:.6g} ms ({figures['timing_mode']})  speedup vs original Model: "
+        f"{fmt(figures['speedup_vs_model'])}  vs PyTorch Reference: {fmt(figures['speedup_vs_reference'])}\n"
+        f"Re-timed against the Model in a fresh runner: {summary.get('promotion', {}).get('reason', 'no')}\n"
         f"Verified: outputs against the reference data {verified.get('ref_sha256', '?')[:16]}... "
         f"({verified.get('ref_device', '?')}), a bitwise-identical second run, unchanged inputs,\n"
-        f"Triton launches observed at run time, and {verified.get('fresh_seeds', 2)} fresh seeds against Reference "
-        f"on the target; tolerance policy farm/compare.py.\n"
+        f"Triton launches observed at run time, and {_unseen(verified)}; tolerance policy farm/runtime/compare.py.\n"
         f"Use: from best import ModelNew; ModelNew(*get_init_inputs())(*inputs)\n"
         f'"""\n'
     )
 
 
+def confirmed_figures(summary: dict[str, Any], rec: Record) -> dict[str, Any]:
+    """The figures a promoted kernel is reported with: the re-timing's where there is one."""
+    conf = summary.get("confirmation") or {}
+    if conf.get("time_ms") is not None:
+        return {"time_ms": conf["time_ms"], "timing_mode": (conf.get("timing") or {}).get("mode", "?"),
+                "speedup_vs_model": (conf.get("model") or {}).get("ratio"),
+                "speedup_vs_reference": (conf.get("reference") or {}).get("ratio"),
+                "limit": conf.get("limit"), "fraction_of_limit": (conf.get("limit") or {}).get("fraction")}
+    return {"time_ms": rec.time_ms, "timing_mode": (rec.timing or {}).get("mode", "events"),
+            "speedup_vs_model": rec.speedup_vs_model, "speedup_vs_reference": rec.speedup_vs_reference,
+            "limit": rec.limit, "fraction_of_limit": (rec.limit or {}).get("fraction")}
+
+
+def _unseen(verified: dict) -> str:
+    """How the kernel was checked on inputs it had never seen."""
+    if verified.get("by") == "seed_sets":
+        return (f"{verified.get('sets')} secret seed sets of the original Model recorded on the reference platform "
+                "(reference-data mode)")
+    return f"{verified.get('fresh_seeds', 2)} fresh seeds against Reference on the target"
+
+
 def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> bool:
-    """Write kernels/<target>/<source>/<op>/best.{py,json} unless a faster one is there."""
+    """Write kernels/<target>/<source>/<op>/best.{py,json} unless a faster one is there (same
+    device, same timing mode: figures of different modes are not compared)."""
     prefix = kernel_prefix(target, summary["source"], summary["op"])
     current = store.read_json(f"{prefix}/best.json") if store.exists(f"{prefix}/best.json") else {}
+    figures = confirmed_figures(summary, rec)
     same_device = current.get("device_name") == summary.get("device_name")
-    if current and same_device and current.get("time_ms") is not None and current["time_ms"] <= rec.time_ms:
+    same_mode = current.get("timing_mode", "events") == figures["timing_mode"]
+    if (current and same_device and same_mode and current.get("time_ms") is not None
+            and current["time_ms"] <= figures["time_ms"]):
         return False
     source = best_header(summary, rec) + rec.source
     store.put_bytes(f"{prefix}/best.py", source.encode())
     meta = {"source": summary["source"], "op": summary["op"], "target": target, "run": summary["run"],
-            "candidate": rec.id, "generator": rec.generator, "time_ms": rec.time_ms,
-            "speedup_vs_model": rec.speedup_vs_model, "speedup_vs_reference": rec.speedup_vs_reference,
+            "candidate": rec.id, "generator": rec.generator, **figures,
+            "search": {"time_ms": rec.time_ms, "speedup_vs_model": rec.speedup_vs_model,
+                       "speedup_vs_reference": rec.speedup_vs_reference, "comparison": rec.comparison},
             "device_name": summary.get("device_name"), "timing": rec.timing, "verified": summary.get("verified", {}),
-            "baseline": summary.get("baseline", {})}
+            "baseline": summary.get("baseline", {}), "confirmation": summary.get("confirmation"),
+            "promotion": summary.get("promotion")}
     store.put_bytes(f"{prefix}/best.json", dump_json(meta))
     return True
 

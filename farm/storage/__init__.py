@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -31,11 +32,21 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
 
         return MeteredStore(S3Store(parsed.netloc, parsed.path.strip("/"), (settings or Settings()).s3), "s3")
     if parsed.scheme == "" and url:
+        if _looks_like_url(url):
+            raise FarmError(f"store URL {url!r} (--store) is neither a URL nor a folder: did you mean "
+                            f"{url.replace('//', '://', 1)!r}? (file:///path or s3://bucket/prefix)")
         return MeteredStore(FileStore(Path(url).expanduser()), "file")
     raise FarmError(f"unsupported store URL {url!r} (--store): use file:///path or s3://bucket/prefix")
 
 
+def _looks_like_url(text: str) -> bool:
+    """`s3//bucket`, `http//host`: a URL missing its colon would otherwise become a relative
+    folder in the current directory and fill up unnoticed."""
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*//", text))
+
+
 def open_folder(path: str | Path) -> Store:
     """A plain reference-cache folder as the existing tool chain lays it out:
-    <dir>/<source>/<op>.pt and <dir>/manifest.json, seen as the store's refs/."""
-    return FileStore(Path(path).expanduser(), strip_prefix="refs/")
+    <dir>/<source>/<op>.pt and <dir>/manifest.json, seen as the store's refs/, and nothing else
+    written there."""
+    return FileStore(Path(path).expanduser(), strip_prefix="refs/", sidecars=False)

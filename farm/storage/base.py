@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
-from farm.errors import InvalidName
+import errno
+
+from farm.errors import IntegrityError, InvalidName, StorageError
 
 CHUNK = 8 * 1024 * 1024  # bytes per read when streaming
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # a leading "_": op names such as _compute_pid
 
 
 def validate_key(key: str) -> str:
@@ -31,6 +33,16 @@ def validate_key(key: str) -> str:
         if not _SEGMENT.match(seg) or seg in (".", "..") or ".." in seg:
             raise InvalidName(f"invalid storage key {key!r}: segment {seg!r}")
     return key
+
+
+# The machine's, not the data's: the same write may well succeed on the next run.
+TRANSIENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET,
+                    errno.ESTALE, errno.EINTR}
+
+
+def write_error(where: str, exc: OSError) -> StorageError:
+    """An OSError from writing `where` as the StorageError the callers handle."""
+    return StorageError(f"cannot write {where}: {exc.strerror or exc}", transient=exc.errno in TRANSIENT_ERRNOS)
 
 
 def sha256_file(path: Path) -> str:
@@ -103,10 +115,22 @@ class Store(ABC):
     def read_json(self, key: str) -> dict:
         if self.head(key) is None:
             return {}
-        return json.loads(self.get_bytes(key))
+        return parse_json(self.url, key, self.get_bytes(key))
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
+
+
+def parse_json(url: str, key: str, data: bytes) -> dict:
+    """A stored JSON document, or IntegrityError naming it: a truncated or hand-edited
+    document must stop its readers with a message, not a traceback."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise IntegrityError(f"{url}/{key} is corrupt: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise IntegrityError(f"{url}/{key} is corrupt: a JSON {type(doc).__name__}, not an object")
+    return doc
 
 
 def dump_json(doc: Any) -> bytes:

@@ -11,23 +11,29 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-
 import tempfile
-
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from farm.errors import IntegrityError, StorageError
-from farm.storage.base import ObjectInfo, Store, dump_json, sha256_stream, validate_key
+from farm.storage.base import ObjectInfo, Store, dump_json, sha256_stream, validate_key, write_error
 
 META_DIR = ".farm-meta"
+READ_ATTEMPTS = 5  # reads of one object overtaken by concurrent replacements before it is called corrupt
+
+
+class _Overtaken(Exception):
+    """The object changed while it was read (or it is corrupt): read again."""
 
 
 class FileStore(Store):
-    def __init__(self, root: Path, strip_prefix: str = ""):
+    def __init__(self, root: Path, strip_prefix: str = "", sidecars: bool = True):
         self.root = Path(root)
         self.strip_prefix = strip_prefix
+        # False for a plain folder in another tool's layout: nothing but the objects is written
+        # there (no .farm-meta/; sha256s live in its manifest, locks on the folder itself)
+        self.sidecars = sidecars
         self.url = f"file://{self.root}"
 
     # ------------------------------------------------------------ paths
@@ -52,7 +58,8 @@ class FileStore(Store):
     # ------------------------------------------------------------ writes
 
     @staticmethod
-    def _atomic_write(target: Path, write: Callable[[object], None]) -> None:
+    def _atomic_write(target: Path, write: Callable[[object], None],
+                      before_replace: Callable[[], None] | None = None) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
@@ -60,44 +67,66 @@ class FileStore(Store):
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
+            if before_replace is not None:
+                before_replace()
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def _write_meta(self, key: str, sha: str, size: int) -> None:
-        data = json.dumps({"sha256": sha, "size": size}).encode()
+    def _write_meta(self, key: str, sha: str, size: int, replacing: str | None = None) -> None:
+        if not self.sidecars:
+            return
+        meta = {"sha256": sha, "size": size}
+        if replacing and replacing != sha:
+            meta["replacing"] = replacing
+        data = json.dumps(meta).encode()
         self._atomic_write(self._meta_path(key), lambda f: f.write(data))
 
-    def put_file(self, key: str, path: Path, sha256: str | None = None) -> ObjectInfo:
+    def _read_meta(self, key: str) -> dict:
+        try:
+            return json.loads(self._meta_path(key).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _put(self, key: str, write: Callable[[object], tuple[str, int]], expect_sha: str | None, what: str) -> ObjectInfo:
+        """Data and its sha256 live in two files, so the switch happens in three steps: the sidecar
+        first accepts the old and the new sha256, then the data is renamed into place, then the
+        sidecar names only the new one. A reader, or a process killed at any step, never sees
+        whole data that its sidecar rejects."""
         target = self._path(key)
+        holder: dict = {}
+
+        def copy(dst):
+            holder["sha"], holder["size"] = write(dst)
+
+        def switch():
+            if expect_sha and holder["sha"] != expect_sha:
+                raise IntegrityError(f"{what} changed while it was stored (sha256 {holder['sha']} != {expect_sha})")
+            self._write_meta(key, holder["sha"], holder["size"], replacing=self._read_meta(key).get("sha256"))
+
+        try:
+            self._atomic_write(target, copy, before_replace=switch)
+            self._write_meta(key, holder["sha"], holder["size"])
+        except OSError as exc:
+            raise write_error(str(target), exc) from exc
+        return ObjectInfo(key, holder["size"], holder["sha"])
+
+    def put_file(self, key: str, path: Path, sha256: str | None = None) -> ObjectInfo:
         try:
             with open(path, "rb") as src:
-                holder = {}
-
-                def copy(dst):
-                    holder["sha"], holder["size"] = sha256_stream(src, dst)
-
-                self._atomic_write(target, copy)
+                return self._put(key, lambda dst: sha256_stream(src, dst), sha256, str(path))
         except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc}") from exc
-        if sha256 and holder["sha"] != sha256:
-            target.unlink(missing_ok=True)
-            raise IntegrityError(f"{path} changed while it was stored (sha256 {holder['sha']} != {sha256})")
-        self._write_meta(key, holder["sha"], holder["size"])
-        return ObjectInfo(key, holder["size"], holder["sha"])
+            raise StorageError(f"cannot read {path}: {exc}") from exc
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
         import hashlib
 
-        target = self._path(key)
-        try:
-            self._atomic_write(target, lambda f: f.write(data))
-        except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc}") from exc
-        sha = hashlib.sha256(data).hexdigest()
-        self._write_meta(key, sha, len(data))
-        return ObjectInfo(key, len(data), sha)
+        def write(dst):
+            dst.write(data)
+            return hashlib.sha256(data).hexdigest(), len(data)
+
+        return self._put(key, write, None, key)
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
@@ -109,13 +138,24 @@ class FileStore(Store):
         path = self._path(key)
         if not path.is_file():
             return None
-        sha = None
-        try:
-            meta = json.loads(self._meta_path(key).read_text())
-            sha = meta.get("sha256")
-        except (OSError, ValueError):
-            pass
-        return ObjectInfo(key, path.stat().st_size, sha)
+        return ObjectInfo(key, path.stat().st_size, self._read_meta(key).get("sha256"))
+
+    def _accepted(self, key: str) -> set[str] | None:
+        meta = self._read_meta(key)
+        return {meta["sha256"], meta.get("replacing")} - {None} if meta.get("sha256") else None
+
+    def _read_checked(self, key: str, read: Callable[[], Any]) -> Any:
+        """read() returns (sha256, value). The sidecar is read before and after the data: a reader
+        that overlaps one replacement sees data one of them accepts; one that a burst of writers
+        overtakes reads again (a few times) before it calls the object corrupt."""
+        self._expect(key)
+        for _ in range(READ_ATTEMPTS):
+            before = self._accepted(key)
+            sha, value = read()
+            after = self._accepted(key)
+            if before is None or after is None or sha in before | after:
+                return value
+        raise IntegrityError(f"{self.url}/{key} is corrupt: sha256 {sha} != recorded {sorted(after)[0]}")
 
     def _expect(self, key: str) -> ObjectInfo:
         info = self.head(key)
@@ -124,34 +164,47 @@ class FileStore(Store):
         return info
 
     def get_file(self, key: str, dest: Path) -> ObjectInfo:
-        info = self._expect(key)
-        holder = {}
+        """As _read_checked, with the check before the copy replaces `dest`: a corrupt object is
+        never written out."""
+        self._expect(key)
+        for _ in range(READ_ATTEMPTS):
+            before, holder = self._accepted(key), {}
 
-        def copy(dst):
-            with open(self._path(key), "rb") as src:
-                holder["sha"], holder["size"] = sha256_stream(src, dst)
-            if info.sha256 and holder["sha"] != info.sha256:
-                raise IntegrityError(f"{self.url}/{key} is corrupt: sha256 {holder['sha']} != recorded {info.sha256}")
+            def copy(dst):
+                with open(self._path(key), "rb") as src:
+                    holder["sha"], holder["size"] = sha256_stream(src, dst)
 
-        self._atomic_write(Path(dest), copy)
-        return ObjectInfo(key, holder["size"], holder["sha"])
+            def gate():
+                holder["after"] = after = self._accepted(key)
+                if not (before is None or after is None or holder["sha"] in before | after):
+                    raise _Overtaken
+
+            try:
+                self._atomic_write(Path(dest), copy, before_replace=gate)
+            except _Overtaken:
+                continue
+            except OSError as exc:  # the local copy: a full temp folder is the machine's failure
+                raise write_error(str(dest), exc) from exc
+            return ObjectInfo(key, holder["size"], holder["sha"])
+        raise IntegrityError(f"{self.url}/{key} is corrupt: sha256 {holder['sha']} != recorded "
+                             f"{sorted(holder['after'])[0]}")
 
     def get_bytes(self, key: str) -> bytes:
         import hashlib
 
-        info = self._expect(key)
-        data = self._path(key).read_bytes()
-        if info.sha256 and hashlib.sha256(data).hexdigest() != info.sha256:
-            raise IntegrityError(f"{self.url}/{key} is corrupt: its sha256 does not match the recorded one")
-        return data
+        def read():
+            data = self._path(key).read_bytes()
+            return hashlib.sha256(data).hexdigest(), data
+
+        return self._read_checked(key, read)
 
     def verify(self, key: str) -> str:
-        info = self._expect(key)
-        with open(self._path(key), "rb") as f:
-            sha, _ = sha256_stream(f)
-        if info.sha256 and sha != info.sha256:
-            raise IntegrityError(f"{self.url}/{key} is corrupt: sha256 {sha} != recorded {info.sha256}")
-        return sha
+        def read():
+            with open(self._path(key), "rb") as f:
+                sha, _ = sha256_stream(f)
+            return sha, sha
+
+        return self._read_checked(key, read)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         if not self.root.is_dir():
@@ -170,9 +223,23 @@ class FileStore(Store):
 
     @contextmanager
     def _lock(self, key: str):
+        if not self.sidecars:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root, os.O_RDONLY)  # flock works on a directory's descriptor
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return
         lock_path = self.root / META_DIR / (self._rel(key) + ".lock")
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+") as f:
+        try:
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(lock_path, "a+")  # noqa: SIM115 - opened apart, so its OSError gets a message
+        except OSError as exc:
+            raise write_error(f"{self.url} (lock file {lock_path})", exc) from None
+        with f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield

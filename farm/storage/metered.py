@@ -1,4 +1,4 @@
-"""A Store that counts what passes through it (farm.metrics): bytes and objects moved each way,
+"""A Store that counts what passes through it (farm.observe.metrics): bytes and objects moved each way,
 by kind of object (reference data, run documents, other), and operations that failed.
 open_store wraps every backend in it, so the counts hold for file:// and s3:// alike."""
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from farm import metrics
 from farm.errors import StorageError
+from farm.observe import metrics
 from farm.storage.base import ObjectInfo, Store
 
 

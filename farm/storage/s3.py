@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import random
 import tempfile
@@ -28,10 +27,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from farm import metrics
 from farm.config import S3Settings
 from farm.errors import FarmError, IntegrityError, StorageError
-from farm.storage.base import CHUNK, ObjectInfo, Store, dump_json, sha256_file, validate_key
+from farm.observe import metrics
+from farm.storage.base import CHUNK, ObjectInfo, Store, dump_json, parse_json, sha256_file, validate_key
 
 try:
     import boto3
@@ -46,6 +45,8 @@ except ImportError:  # the extra is missing: say so when an s3:// store is opene
 MB = 1024 * 1024
 MISSING = {"NoSuchKey", "404", "NotFound"}
 CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "Throttling",
+                   "BadGateway", "GatewayTimeout"}
 UPDATE_ATTEMPTS = 25  # compare-and-swap rounds before update_json gives up
 GET_ATTEMPTS = 3  # re-reads when an object is replaced while it is being downloaded
 SETTLE_S = (0.5, 1.0)  # fallback: seconds a racing write may take to land before we look again
@@ -134,9 +135,11 @@ class S3Store(Store):
                 raise StorageError(f"{self._where(key)}: no object") from exc
             if _code(exc) == "NoSuchBucket":
                 raise StorageError(f"{self._where(key)}: no bucket {self.bucket!r}") from exc
-            raise StorageError(f"{self._where(key)}: {action} failed: {_one_line(exc)}") from exc
+            transient = _code(exc) in TRANSIENT_CODES or str(_code(exc)).startswith("5")
+            raise StorageError(f"{self._where(key)}: {action} failed: {_one_line(exc)}", transient) from exc
         except (BotoCoreError, Boto3Error, S3UploadFailedError, S3DownloadFailedError) as exc:
-            raise StorageError(f"{self._where(key)}: {action} failed: {_one_line(exc)}") from exc
+            # connection refused or lost, timeouts: the server may be back for the next run
+            raise StorageError(f"{self._where(key)}: {action} failed: {_one_line(exc)}", transient=True) from exc
 
     # ------------------------------------------------------------ writes
 
@@ -296,7 +299,7 @@ class S3Store(Store):
             if _code(exc.__cause__) in MISSING:
                 return {}, None
             raise
-        return json.loads(data), etag
+        return parse_json(self.url, key, data), etag
 
     def _put_doc(self, key: str, doc: dict, **conditions) -> str:
         """Write a document (under `conditions`, if any); returns the new ETag."""

@@ -1,0 +1,169 @@
+"""Independent re-timing of every promoted kernel (issue 19): in this fresh process, with
+triton.testing's own timers and none of farm.evaluate's code, time each best.py against its
+task's Model on the reference data's inputs and print the reported speedup beside the
+independent one.
+
+    python bench/retime.py file:///path/to/store --target cuda [--run RUN] [--json OUT.json]
+
+Timing mode per op follows what best.json says the farm used: "graph" figures are checked with
+triton.testing.do_bench_cudagraph (no flush, the calls replayed in a CUDA graph), "events"
+figures with triton.testing.do_bench (256 MB cache flush before each call, median). Model and
+best are timed alternately, PAIRS times each, and the independent speedup is the median of the
+pair ratios. Ops promoted with no ratio to the Model (the Model does not run there) are listed
+without one.
+
+--compile also times torch.compile of the task's Reference against the best kernel, kernel
+against kernel: compiled with mode="max-autotune-no-cudagraphs" (so it makes no CUDA graph of
+its own and copies no inputs per call) and, for graph-mode ops, replayed in a CUDA graph by
+do_bench_cudagraph exactly like the best kernel; with --per-call-compile, the per-call figure
+of torch.compile(mode="max-autotune") (its own CUDA graphs, guards and input copies on every
+call) as a second, labelled column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PAIRS = 7
+AGREE = 0.10  # issue 19: reported and independent speedups within 10%
+
+
+def _load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _bench(fn, mode: str) -> float:
+    import triton.testing as tt
+
+    if mode == "graph":
+        return tt.do_bench_cudagraph(fn, rep=20, return_mode="median")
+    return tt.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def retime_op(store, meta: dict, task_path: Path, tmp: Path, compile_modes: tuple[str, ...] = ()) -> dict:
+    import torch
+
+    from farm.reference.generate import load_pt
+    from farm.runtime.tensors import to_device
+
+    src, op = meta["source"], meta["op"]
+    pt = tmp / f"{src}_{op}.pt"
+    store.get_file(f"refs/{src}/{op}.pt", pt)
+    data = load_pt(pt)
+    best_path = tmp / f"best_{src}_{op}.py"
+    best_path.write_bytes(store.get_bytes(f"kernels/{meta['target']}/{src}/{op}/best.py"))
+    task = _load_module(task_path, f"retime_task_{src}_{op}")
+    best = _load_module(best_path, f"retime_best_{src}_{op}")
+    init = list(data["init_inputs"])
+    torch.manual_seed(0)
+    model = task.Model(*init).cuda().eval()
+    torch.manual_seed(0)
+    kernel = best.ModelNew(*init).cuda().eval()
+    inputs = to_device(list(data["inputs"]), "cuda")
+    mode = meta.get("timing_mode") or "events"
+    row = {"op": f"{src}/{op}", "mode": mode, "reported": meta.get("speedup_vs_model"),
+           "reported_ms": meta.get("time_ms"), "fraction_of_limit": meta.get("fraction_of_limit")}
+    with torch.no_grad():
+        model_in = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        best_in = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        m_fn, b_fn = (lambda: model(*model_in)), (lambda: kernel(*best_in))
+        m_fn(), b_fn()
+        torch.cuda.synchronize()
+        pairs = []
+        for _ in range(PAIRS):
+            m_ms, b_ms = _bench(m_fn, mode), _bench(b_fn, mode)
+            pairs.append((m_ms, b_ms))
+        for cmode in compile_modes:
+            row.update(_compiled(task, init, inputs, b_fn, mode, cmode))
+    row["model_ms"] = statistics.median(m for m, _ in pairs)
+    row["best_ms"] = statistics.median(b for _, b in pairs)
+    row["independent"] = statistics.median(m / b for m, b in pairs)
+    if row["reported"]:
+        row["diff"] = row["reported"] / row["independent"] - 1
+        row["agree"] = abs(row["diff"]) <= AGREE
+    return row
+
+
+def _compiled(task, init: list, inputs: list, best_fn, mode: str, cmode: str) -> dict:
+    """torch.compile(Reference) against the best kernel: kernel against kernel in the op's mode
+    (max-autotune-no-cudagraphs), or per call as torch.compile is usually called (max-autotune)."""
+    import torch
+
+    truth = getattr(task, "Reference", None) or task.Model
+    compiled = torch.compile(truth(*init).cuda().eval(), mode=cmode)
+    args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    fn = lambda: compiled(*args)  # noqa: E731
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    timing_mode = mode if cmode == "max-autotune-no-cudagraphs" else "events"
+    pairs = [(_bench(fn, timing_mode), _bench(best_fn, timing_mode)) for _ in range(3)]
+    label = "compile_kernel" if cmode == "max-autotune-no-cudagraphs" else "compile_per_call"
+    return {f"{label}_ms": statistics.median(c for c, _ in pairs), f"{label}_mode": timing_mode,
+            f"vs_{label}": statistics.median(c / b for c, b in pairs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("store")
+    parser.add_argument("--target", default="cuda")
+    parser.add_argument("--run", default=None, help="only kernels promoted by this run")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--compile", action="store_true", help="torch.compile(Reference), kernel against kernel")
+    parser.add_argument("--per-call-compile", action="store_true", help="and torch.compile per call (max-autotune)")
+    args = parser.parse_args()
+
+    from farm.config import load_settings
+    from farm.corpus import tasks as corpus
+    from farm.storage import open_store
+
+    settings, _ = load_settings()
+    store = open_store(args.store)
+    keys = sorted(info.key for info in store.list(f"kernels/{args.target}/"))
+    metas = [store.read_json(k) for k in keys if k.endswith("/best.json")]
+    if args.run:
+        metas = [m for m in metas if m.get("run") == args.run]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="farm-retime-") as tmp:
+        for meta in metas:
+            try:
+                [ref] = corpus.find_tasks(settings, [meta["source"]], [meta["op"]])
+                modes = (("max-autotune-no-cudagraphs",) if args.compile else ()) + (
+                    ("max-autotune",) if args.per_call_compile else ())
+                row = retime_op(store, meta, ref.path, Path(tmp), modes)
+            except Exception as exc:  # noqa: BLE001 - one op's failure is its row
+                row = {"op": f"{meta['source']}/{meta['op']}", "error": f"{type(exc).__name__}: {exc}"[:300]}
+            rows.append(row)
+            if "error" in row:
+                print(f"{row['op']:50} error: {row['error']}", flush=True)
+            else:
+                rep = f"{row['reported']:.3f}" if row["reported"] else "-"
+                diff = f"{row['diff'] * 100:+.1f}%" if "diff" in row else "-"
+                print(f"{row['op']:50} {row['mode']:6} reported {rep:>7} independent {row['independent']:.3f} "
+                      f"({row['model_ms'] * 1e3:.2f} / {row['best_ms'] * 1e3:.2f} us) {diff}"
+                      + (f" vs compile (kernel) {row['vs_compile_kernel']:.2f}" if "vs_compile_kernel" in row else ""),
+                      flush=True)
+    checked = [r for r in rows if "agree" in r]
+    agree = sum(r["agree"] for r in checked)
+    slower = [r["op"] for r in rows if r.get("independent") is not None and r["independent"] < 1.0]
+    summary = {"ops": len(rows), "checked": len(checked), "agree_within_10pct": agree,
+               "share": agree / len(checked) if checked else None, "slower_than_model_independent": slower}
+    print(json.dumps(summary))
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""triton-ascend migration passes: CUDA Triton source in, triton-ascend source out.
+
+Each pass is a small pure function `pass_x(source, ctx) -> str` that edits exactly the spans one rule of
+the migration guide (docs/porting.md) concerns. edits: AST-span editing and the module header the passes
+share; passes: libdevice, launch options, devices, tl.dot, fp64, int64 offsets; tiling: two-level tiling;
+persistent: persistent grids; pipeline: the passes in order and port(). Not run on an Ascend NPU.
+"""
+
+from farm.ascend.port.edits import (  # noqa: F401
+    DEVICE_API_LINE,
+    DEVICE_LINE,
+    HEADER_NAMES,
+    INDENT,
+    MAX_SUB,
+    MIN_SUB,
+    PURE_CALLS,
+    TORCH_NPU,
+    Edits,
+    PortContext,
+    _append_args,
+    _append_params,
+    _atomic,
+    _body,
+    _cores_line,
+    _define,
+    _header_end,
+    _imports_end,
+    _indent_lines,
+    _insert_lines,
+    _leading,
+    _module_names,
+    _ours,
+    _paren,
+    _plain_signature,
+    _replace_lines,
+    _tl,
+    _unique,
+    _with_torch_npu,
+    log,
+)
+from farm.ascend.port.passes import (  # noqa: F401
+    CUDA_LAUNCH_OPTIONS,
+    CUDA_STRING,
+    TENSOR_ATTRS,
+    _alias_text,
+    _alone_on_lines,
+    _binds_device,
+    _device_rewrite,
+    _drop_dead_locals,
+    _drop_keywords,
+    _fix_dot,
+    _guarded_libdevice,
+    _tensor_param,
+    pass_device,
+    pass_dot,
+    pass_fp64,
+    pass_int64,
+    pass_launch_options,
+    pass_libdevice,
+)
+from farm.ascend.port.persistent import (  # noqa: F401
+    _early_returns_removed,
+    _invariant_prefix,
+    _loop_head,
+    _make_persistent,
+    _persistent_plan,
+    _pid_is_receiver,
+    _pid_statement,
+    _program_ids,
+    pass_persistent,
+)
+from farm.ascend.port.pipeline import PASSES, Pass, port  # noqa: F401
+from farm.ascend.port.tiling import (  # noqa: F401
+    _accumulators,
+    _block_candidates,
+    _block_uses_ok,
+    _cap_block,
+    _chunk_loops,
+    _lane_independent,
+    _launches_pass,
+    _reduces_accumulator,
+    _subtile,
+    _tile_cap,
+    _tile_source,
+    _update_kind,
+    _within,
+    _zero_start,
+    cap_allowed,
+    pass_tile,
+    subtile_region,
+)

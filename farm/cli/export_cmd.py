@@ -1,0 +1,54 @@
+"""`farm export`: promoted kernels as an installable package (dispatcher, fallback, tests, docs, AOT C)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from farm.cli.common import JsonOption, fmt_num, handle_errors, out, print_json, settings, table
+from farm.errors import FarmError
+from farm.storage import open_store
+
+
+@handle_errors
+def export(
+    ctx: typer.Context,
+    run: Annotated[Optional[str], typer.Option("--run", help="Only the ops this run searched (farm run or farm submit).")] = None,
+    latest: Annotated[bool, typer.Option("--latest", help="The ops of the newest submitted run.")] = False,
+    target: Annotated[Optional[str], typer.Option(help="Only this target.")] = None,
+    source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
+    op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the package to (replaced if it holds an earlier export).")] = Path("kfarm_export"),
+    name: Annotated[Optional[str], typer.Option("--name", help="Python package name [kfarm_<run>].")] = None,
+    aot_mode: Annotated[str, typer.Option("--aot", help="AOT C for CUDA kernels: auto (where a CUDA GPU or --aot-arch allows), on (fail if not), off.")] = "auto",
+    aot_arch: Annotated[Optional[int], typer.Option("--aot-arch", help="Generate AOT C for this CUDA architecture (e.g. 90) without a GPU: launches recorded in Triton's interpreter.")] = None,
+    store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")] = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Export promoted kernels as a pip-installable package: per op a dispatcher with a PyTorch fallback,
+    the task's reference, generated pytest tests and a docs page; AOT C for CUDA kernels."""
+    from farm.export import package
+
+    if run and latest:
+        raise FarmError("give --run RUN or --latest, not both")
+    s = settings(ctx, {"store": store})
+    st = open_store(s.store, s)
+    name_run = package.latest(st) if latest else run
+    pkg = package.package_name(name, name_run)
+    metas = package.select(st, name_run, target, source, op)
+
+    def progress(i: int, n: int, what: str) -> None:
+        if not as_json:
+            out.print(f"[{i + 1}/{n}] {what}", highlight=False)
+
+    index = package.export(st, metas, out_dir, s, pkg, name_run, aot_mode, aot_arch, progress)
+    if as_json:
+        print_json(index)
+        return
+    out.print(table(f"package {pkg} -> {out_dir}", ["op", "call", "kernels", "fallback", "vs Model", "AOT C"],
+                    [[f"{e['source']}/{e['op']}", f"{e['module']}.{e['function']}", ", ".join(e["targets"]),
+                      e["truth"] or "none", ", ".join(fmt_num(v, ".2f") for v in e["speedup_vs_model"].values()),
+                      ", ".join(f"{t}: {v}" for t, v in e["aot"].items()) or "-"] for e in index["ops"]]))
+    out.print(f"pip install {out_dir} && pytest {out_dir}/tests", highlight=False)

@@ -1,0 +1,311 @@
+"""Shapes that fit the machine: measured on the meta device, derived when a file gives none.
+
+Two jobs, both measured without allocating a byte of real memory (tensors on torch's
+`meta` device have shapes and dtypes but no storage):
+
+guard      Before a task's inputs are drawn for real, the inputs, the ground truth's
+           parameters and buffers and the forward's outputs are measured on the meta device;
+           over `corpus.memory_limit_mb` the task stops with a TaskError that names the size,
+           instead of an out-of-memory fault half way through (CLI, workers and children all
+           draw inputs through farm.corpus.opcheck, which calls it).
+
+derive     For the `small` shape set of a file without SMALL_SHAPES (and without shapes in
+           the config), module-level size constants are scaled down until the footprint fits
+           `corpus.small_budget_mb` and `corpus.small_budget_mflop`. The rule (docs/task-format.md):
+
+  1. Candidates are the module globals that get_inputs()/get_init_inputs() read (their code
+     objects' names, nested functions included): ints >= 2 and tuples of such ints, except
+     structural ones: a name with a segment kernel, stride, padding/pad, dilation, group(s),
+     axis, output_padding, or a `dim` segment with a value below 8 (an axis, not a size).
+  2. Units with the same original value move together (square matrices stay square,
+     `input_shape = (num_classes,)` stays equal to `num_classes`).
+  3. Repeatedly the largest unit is halved (rounded up, never below 1); the step is kept only
+     if every divisibility that held at the original values still holds (channels by groups,
+     features by heads) and the Model still builds and runs forward on the meta device;
+     otherwise that unit is frozen at its value.
+  4. It stops when the footprint (bytes of inputs + parameters/buffers + outputs; FLOPs as
+     torch.utils.flop_counter counts them) fits, or when no unit can move: then the task has
+     no small shapes and says why, rather than running at full size under the name `small`.
+  5. The derived shapes then run one real forward on the CPU (they are small by now).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+_STRUCTURAL = {"kernel", "stride", "strides", "padding", "pad", "dilation", "dilations", "groups", "group", "axis",
+               "axes"}
+_AXIS_LIMIT = 8  # a `dim` constant below this is an axis index, above it a size
+
+
+class NoShapes(Exception):
+    """Derivation found no shapes within the budget; the message says why."""
+
+
+@dataclass(frozen=True)
+class ShapePolicy:
+    """What the corpus settings say about shapes, carried with a TaskRef into every process."""
+
+    small_budget_mb: float = 4.0
+    small_budget_mflop: float = 1.0
+    memory_limit_mb: float = 0.0  # 0: half of the memory available when the guard runs
+    overrides: tuple[tuple[str, Any], ...] = ()  # small shapes from the config (per source/op)
+    op_overrides: tuple[str, ...] = ()  # names given for this op itself (must exist in its file)
+
+    @property
+    def override_dict(self) -> dict[str, Any]:
+        return dict(self.overrides)
+
+
+@dataclass
+class Footprint:
+    input_bytes: int = 0
+    param_bytes: int = 0
+    output_bytes: int = 0
+    flops: int = 0
+    forward_ok: bool = True
+    forward_error: str = ""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.input_bytes + self.param_bytes + self.output_bytes
+
+    def describe(self) -> str:
+        text = (f"{_mib(self.total_bytes)} (inputs {_mib(self.input_bytes)}, parameters {_mib(self.param_bytes)}, "
+                f"outputs {_mib(self.output_bytes)})")
+        if self.flops:
+            text += f", {self.flops / 1e6:.1f} MFLOP"
+        return text
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _nbytes(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    return 0
+
+
+def measure(module: types.ModuleType, cls: type) -> Footprint:
+    """Inputs, parameters, outputs and FLOPs of one forward, all on the meta device.
+
+    Raises whatever get_inputs/get_init_inputs/the constructor raise; a forward that the meta
+    device cannot run (data-dependent ops) is recorded, not raised."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        init_inputs = list(module.get_init_inputs())
+        inputs = list(module.get_inputs())
+        model = cls(*init_inputs)
+    # inputs a file builds by other means (numpy, torch.tensor(list)) are real but small
+    inputs = [v.to("meta") if isinstance(v, torch.Tensor) else v for v in inputs]
+    model = model.to("meta")
+    fp = Footprint(input_bytes=_nbytes(inputs),
+                   param_bytes=sum(_nbytes(t) for t in list(model.parameters()) + list(model.buffers())))
+    try:
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            out = model(*inputs)
+        fp.output_bytes = _nbytes(out)
+        fp.flops = int(counter.get_total_flops())
+    except Exception as exc:  # noqa: BLE001 - data-dependent forwards do not run on meta
+        fp.forward_ok = False
+        fp.forward_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return fp
+
+
+def memory_limit_bytes(policy: ShapePolicy) -> int:
+    if policy.memory_limit_mb > 0:
+        return int(policy.memory_limit_mb * 2**20)
+    return available_bytes() // 2
+
+
+def available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+# ---------------------------------------------------------------- derivation
+
+
+def _code_names(fn: Callable) -> set[str]:
+    names: set[str] = set()
+    todo = [getattr(fn, "__code__", None)]
+    while todo:
+        code = todo.pop()
+        if code is None:
+            continue
+        names |= set(code.co_names)
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
+
+
+def _structural(name: str, value: int) -> bool:
+    segments = set(re.split(r"_+", re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()))
+    segments |= {re.sub(r"\d+$", "", s) for s in segments}
+    if segments & _STRUCTURAL or any(s.startswith("kernel") for s in segments):
+        return True
+    return bool({"dim", "reduce"} & segments) and value < _AXIS_LIMIT and "dim" in name.lower()
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def size_constants(module: types.ModuleType) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(scalable, structural) module globals read by get_inputs/get_init_inputs."""
+    read = _code_names(module.get_inputs) | _code_names(module.get_init_inputs)
+    scalable, fixed = {}, {}
+    for name in sorted(read):
+        value = module.__dict__.get(name)
+        if _is_size(value):
+            (fixed if _structural(name, value) or value < 1 else scalable)[name] = value
+        elif isinstance(value, tuple) and value and all(_is_size(v) for v in value):
+            (fixed if _structural(name, max(value)) else scalable)[name] = value
+    return scalable, fixed
+
+
+def _units(scalable: dict[str, Any]) -> list[tuple[str, int | None]]:
+    """(name, tuple index or None) for every scalable int."""
+    out = []
+    for name, value in scalable.items():
+        if isinstance(value, tuple):
+            out += [(name, i) for i in range(len(value))]
+        else:
+            out.append((name, None))
+    return out
+
+
+def _assign(module: types.ModuleType, original: dict[str, Any], values: dict[tuple[str, int | None], int]) -> dict:
+    """Module globals for unit values; returns the override dict."""
+    new: dict[str, Any] = {}
+    for name, orig in original.items():
+        if isinstance(orig, tuple):
+            new[name] = tuple(values.get((name, i), v) for i, v in enumerate(orig))
+        else:
+            new[name] = values.get((name, None), orig)
+    for name, value in new.items():
+        setattr(module, name, value)
+    return new
+
+
+def _divisibility(orig: dict[tuple, int], fixed: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Pairs (size unit a, structural int b) with a % b == 0 at the original values (channels by
+    groups). Relations among size constants are kept by halving them (powers of two stay
+    divisible) and checked by the meta forward (a view that no longer fits fails there)."""
+    pool: dict[Any, int] = dict(orig)
+    for name, value in fixed.items():
+        if _is_size(value):
+            pool[("fixed", name)] = value
+    pairs = []
+    for a, va in pool.items():
+        for b, vb in pool.items():
+            if a != b and a[0] != "fixed" and b[0] == "fixed" and 1 < vb < va and va % vb == 0:
+                pairs.append((a, b))
+    return pairs
+
+
+def derive(module: types.ModuleType, cls: type, policy: ShapePolicy,
+           fixed_names: tuple[str, ...] = ()) -> tuple[dict[str, Any], Footprint, str]:
+    """Scale the module's size constants down until the footprint fits the small budget.
+
+    Leaves the module at the derived values; returns (overrides, footprint, note). Raises
+    NoShapes with the reason when it cannot."""
+    budget = policy.small_budget_mb * 2**20
+    flop_budget = policy.small_budget_mflop * 1e6
+    scalable, fixed = size_constants(module)
+    for name in fixed_names:
+        if name in scalable:
+            fixed[name] = scalable.pop(name)
+    try:
+        fp = measure(module, cls)
+    except Exception as exc:  # noqa: BLE001
+        raise NoShapes(f"the file cannot be measured on the meta device: {type(exc).__name__}: {exc}") from None
+
+    def fits(f: Footprint) -> bool:
+        return f.total_bytes <= budget and f.flops <= flop_budget
+
+    if fits(fp):
+        return {}, fp, f"its own shapes fit the budget ({fp.describe()})"
+    if not scalable:
+        raise NoShapes(f"{fp.describe()} is over the small budget and get_inputs/get_init_inputs read no "
+                       "module-level size constant to scale")
+    units = _units(scalable)
+    orig = {u: (scalable[u[0]][u[1]] if u[1] is not None else scalable[u[0]]) for u in units}
+    groups: dict[int, list] = {}
+    for u, v in orig.items():
+        groups.setdefault(v, []).append(u)
+    pairs = _divisibility(orig, fixed)
+    values = dict(orig)
+    frozen: set[int] = set()
+    original_forward_ok = fp.forward_ok
+    steps = 0
+    while not fits(fp):
+        movable = [g for g in groups if g not in frozen and values[groups[g][0]] > 1]
+        if not movable:
+            _assign(module, scalable, values)
+            if fp.total_bytes <= budget:
+                # memory is the hard limit; compute only makes the interpreter slow
+                break
+            raise NoShapes(f"scaled {', '.join(sorted(scalable))} as far as the Model allows and still need "
+                           f"{fp.describe()}, over the small budget ({policy.small_budget_mb:g} MiB, "
+                           f"{policy.small_budget_mflop:g} MFLOP)")
+        key = max(movable, key=lambda g: values[groups[g][0]])
+        trial = dict(values)
+        for u in groups[key]:
+            step = math.lcm(*[fixed[b[1]] for a, b in pairs if a == u] or [1])
+            trial[u] = max(step, math.ceil(math.ceil(values[u] / 2) / step) * step)
+        if any(trial[u] >= values[u] for u in groups[key]) or not _divides(trial, pairs, fixed):
+            frozen.add(key)
+            continue
+        _assign(module, scalable, trial)
+        try:
+            new_fp = measure(module, cls)
+        except Exception:  # noqa: BLE001 - these shapes are not valid for the Model
+            frozen.add(key)
+            _assign(module, scalable, values)
+            continue
+        if original_forward_ok and not new_fp.forward_ok:
+            frozen.add(key)
+            _assign(module, scalable, values)
+            continue
+        values, fp = trial, new_fp
+        steps += 1
+    overrides = _assign(module, scalable, values)
+    overrides = {k: v for k, v in overrides.items() if v != scalable[k]}
+    note = f"derived in {steps} halvings: {fp.describe()}"
+    if not fits(fp):
+        note += f" (the smallest the file allows; over the {policy.small_budget_mflop:g} MFLOP compute budget)"
+    if not fp.forward_ok:
+        note += f" (forward not measurable on meta: {fp.forward_error}; inputs and parameters only)"
+    return overrides, fp, note
+
+
+def _divides(values: dict, pairs: list, fixed: dict) -> bool:
+    def val(u):
+        return fixed[u[1]] if u[0] == "fixed" else values[u]
+
+    return all(val(a) % val(b) == 0 for a, b in pairs)

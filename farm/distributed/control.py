@@ -1,0 +1,153 @@
+"""The control side of distributed mode: submit a run, wait for it, cancel it, see the live
+workers. `farm submit/status/cancel/workers` call these; so can any Python program.
+
+Submitting records the run (farm.distributed.runs) and enqueues one reference task per op on
+reference.<platform>; each reference task enqueues its op's first search chunk on
+search.<target>, and each chunk its successor. Task ids derive from run, op and chunk, so
+submitting the same run again enqueues the same ids and no work is done twice.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+from farm.config import Settings
+from farm.corpus import tasks as corpus
+from farm.distributed.queues import POOLS, QueueError, queue_name
+from farm.distributed.runs import (
+    TERMINAL,
+    RunSpec,
+    cancel_run,
+    default_run_name,
+    load_run,
+    op_status,
+    save_run,
+    summarize,
+    update_op,
+)
+from farm.errors import FarmError
+from farm.evaluate.timing import check_flush
+from farm.generators import load_generator
+from farm.storage import Store
+from farm.targets import available, get_target
+
+POLL_S = 2.0  # how often --wait and --watch read the run's status
+
+
+def connect(settings: Settings):
+    """The Celery app with these settings, after checking that the broker and Redis answer."""
+    from farm.distributed.celery_app import configured
+    from farm.distributed.coord import Coordinator, redis_url
+
+    app = configured(settings)
+    Coordinator(redis_url(settings.queue)).ping()
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=2, interval_start=0.2, interval_step=0.5, timeout=5)
+    except Exception as exc:
+        raise QueueError(f"cannot reach the broker at {_redact(settings.queue.broker_url)}: {exc}") from None
+    return app
+
+
+def _redact(url: str) -> str:
+    head, at, tail = url.rpartition("@")
+    return f"{head.split('://')[0]}://****@{tail}" if at else url
+
+
+def make_spec(settings: Settings, source: str, ops: list[str] | None, target: str, max_tasks: int,
+              run: str | None = None, generators: tuple[str, ...] = ("tune", "port"),
+              max_concurrent: int | None = None, reference_target: str | None = None, seed: int = 0,
+              flush: str = "write") -> RunSpec:
+    """The run as it will be stored, checked before anything is enqueued."""
+    interpret = get_target(target).interpret
+    reference_target = reference_target or ("cpu" if interpret else "cuda")
+    queue_name("reference", reference_target)
+    if max_tasks < 1:
+        raise FarmError("--max-tasks must be at least 1")
+    refs = corpus.find_tasks(settings, [source], ops)
+    for name in generators:
+        load_generator(name)  # an unknown name fails here, not on every worker
+    return RunSpec(run=run or default_run_name(source, target), source=source, ops=[r.op for r in refs],
+                   target=target, reference_target=reference_target,
+                   shapes="small" if interpret else "bench", generators=list(generators),
+                   max_tasks=max_tasks, chunk_candidates=settings.queue.chunk_candidates,
+                   max_concurrent=max_concurrent or (1 if interpret else 4), seed=seed,
+                   reference_seed=settings.reference.seed, flush=check_flush(flush))
+
+
+def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False) -> tuple[RunSpec, bool]:
+    """Record the run and enqueue a reference task per op; returns (spec, created)."""
+    from farm.distributed.work import enqueue_reference
+
+    connect(settings)
+    spec, created = save_run(store, spec)
+    for op in spec.ops:
+        if created:
+            update_op(store, spec.run, spec.source, op, phase="queued")
+        elif op_status(store, spec.run, spec.source, op).get("phase") in TERMINAL:
+            continue
+        enqueue_reference(spec, op, force)
+    return spec, created
+
+
+def wait(store: Store, run: str, on_update: Callable[[dict], None] | None = None,
+         timeout_s: float | None = None) -> dict[str, Any]:
+    """Poll the run's status until every op has finished (or the timeout passes)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        view = summarize(store, run)
+        if on_update:
+            on_update(view)
+        if view["status"] != "running":
+            return view
+        if deadline is not None and time.monotonic() > deadline:
+            raise FarmError(f"run {run} has not finished after {timeout_s:.0f} s (it goes on: farm status {run})")
+        time.sleep(POLL_S)
+
+
+def task_ids(spec: RunSpec) -> list[str]:
+    """Every id the run's tasks can have: reference per op, and each possible search chunk."""
+    from farm.distributed.work import reference_task_id, search_task_id
+
+    chunks = math.ceil(spec.max_tasks / spec.chunk_candidates) + 1
+    return [tid for op in spec.ops for tid in
+            [reference_task_id(spec.run, spec.source, op)] +
+            [search_task_id(spec.run, spec.source, op, c) for c in range(chunks)]]
+
+
+def cancel(settings: Settings, store: Store, run: str) -> dict[str, Any]:
+    """Mark the run cancelled (every task checks before it works, and no chunk enqueues a
+    successor), and revoke its queued tasks on the live workers."""
+    doc = cancel_run(store, run)
+    spec, _ = load_run(store, run)
+    revoked = True
+    try:
+        connect(settings).control.revoke(task_ids(spec))
+    except QueueError:
+        revoked = False  # the store's mark is what counts; revoking only saves a little work
+    return {"run": run, "cancelled_at": doc["cancelled_at"], "revoked": revoked}
+
+
+def workers(settings: Settings, timeout_s: float = 1.0) -> dict[str, Any]:
+    """Live workers (they answer a broadcast within the timeout), what each is doing, and
+    the number of tasks waiting in each pool's queue."""
+    from farm.distributed.coord import Coordinator, redis_url
+
+    app = connect(settings)
+    inspect = app.control.inspect(timeout=timeout_s)
+    queues = inspect.active_queues() or {}
+    active = inspect.active() or {}
+    rows = []
+    for name in sorted(set(queues) | set(active)):
+        tasks = active.get(name, [])
+        rows.append({"worker": name, "queues": sorted(q["name"] for q in queues.get(name, [])),
+                     "state": "busy" if tasks else "idle",
+                     "tasks": [{"id": t.get("id"), "name": t.get("name"), "args": t.get("args"),
+                                "started": t.get("time_start")} for t in tasks]})
+    waiting = {}
+    if settings.queue.broker_url.startswith(("redis://", "rediss://")):
+        r = Coordinator(redis_url(settings.queue)).r
+        waiting = {q: r.llen(q) for q in (queue_name(p, t) for p in POOLS for t in available())}
+    return {"workers": rows, "waiting": waiting}

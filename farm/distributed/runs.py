@@ -1,0 +1,210 @@
+"""A distributed run as the store keeps it; everything `farm status` shows comes from here.
+
+    runs/index.json                        every submitted run: when, source, target (--latest)
+    runs/<run>/run.json                    what was submitted (RunSpec), and a cancellation
+    runs/<run>/<source>/<op>/status.json   where each op is: phase, worker, counts, best, error
+    runs/<run>/<source>/<op>/state.json    the search checkpoint (farm.search.controller)
+
+status.json is written by the tasks (farm.distributed.work) through Store.update_json, so a status
+read never needs Redis and costs one small object per op.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from farm.corpus.tasks import validate_name
+from farm.errors import FarmError
+from farm.reference.manifest import now
+from farm.search import ledger
+from farm.search.controller import SearchConfig
+from farm.storage import Store
+
+INDEX_KEY = "runs/index.json"
+TERMINAL = ("done", "failed", "cancelled")
+PHASES = ("queued", "reference", "searching") + TERMINAL
+
+
+@dataclass
+class RunSpec:
+    """What `farm submit` asked for; workers rebuild the search from it."""
+
+    run: str
+    source: str
+    ops: list[str]
+    target: str
+    reference_target: str
+    shapes: str
+    generators: list[str]
+    max_tasks: int
+    chunk_candidates: int
+    max_concurrent: int
+    seed: int = 0
+    reference_seed: int = 0
+    flush: str = "write"  # the timer's cache flush (farm.evaluate.timing)
+    created_at: str = field(default_factory=now)
+
+    def search_config(self) -> SearchConfig:
+        return SearchConfig(max_tasks=self.max_tasks, max_concurrent=self.max_concurrent,
+                            chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed,
+                            flush=self.flush)
+
+    def params(self) -> dict[str, Any]:
+        """Everything but the creation time: two submissions of one run must agree on these."""
+        return {k: v for k, v in asdict(self).items() if k != "created_at"}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> RunSpec:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+def run_key(run: str) -> str:
+    return f"runs/{validate_name(run, 'run')}/run.json"
+
+
+def status_key(run: str, source: str, op: str) -> str:
+    return f"runs/{run}/{source}/{op}/status.json"
+
+
+def default_run_name(source: str, target: str) -> str:
+    return f"{source}-{target}-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def save_run(store: Store, spec: RunSpec) -> tuple[RunSpec, bool]:
+    """Record a run; returns (the stored spec, created). Submitting an existing run again is
+    allowed with the same parameters (its tasks have the same ids, so nothing runs twice)."""
+
+    def mutate(doc: dict) -> dict:
+        if doc:
+            stored = RunSpec.from_dict(doc)
+            if stored.params() != spec.params():
+                diff = sorted(k for k, v in spec.params().items() if stored.params().get(k) != v)
+                raise FarmError(f"run {spec.run} exists with other parameters ({', '.join(diff)}): "
+                                "use another --run name")
+            if doc.get("cancelled_at"):
+                raise FarmError(f"run {spec.run} was cancelled at {doc['cancelled_at']}: use another --run name")
+            return doc
+        return {**asdict(spec), "cancelled_at": None}
+
+    key = run_key(spec.run)
+    existed = store.exists(key)
+    doc = store.update_json(key, mutate)
+    store.update_json(INDEX_KEY, lambda idx: {"runs": {**idx.get("runs", {}), spec.run: {
+        "created_at": doc["created_at"], "source": spec.source, "target": spec.target}}})
+    return RunSpec.from_dict(doc), not existed
+
+
+def load_run(store: Store, run: str) -> tuple[RunSpec, dict]:
+    """The spec and the raw record (with cancelled_at)."""
+    doc = store.read_json(run_key(run))
+    if not doc:
+        raise FarmError(f"no run {run!r} in {store.url} (farm status lists runs with --json; farm submit makes one)")
+    return RunSpec.from_dict(doc), doc
+
+
+def cancel_run(store: Store, run: str) -> dict:
+    load_run(store, run)
+    return store.update_json(run_key(run), lambda doc: {**doc, "cancelled_at": doc.get("cancelled_at") or now()})
+
+
+def list_runs(store: Store) -> dict[str, dict]:
+    return store.read_json(INDEX_KEY).get("runs", {})
+
+
+def latest_run(store: Store) -> str:
+    runs = list_runs(store)
+    if not runs:
+        raise FarmError(f"no runs in {store.url}: farm submit makes one")
+    return max(runs, key=lambda name: (runs[name]["created_at"], name))
+
+
+def update_op(store: Store, run: str, source: str, op: str, **changes: Any) -> dict:
+    """Merge `changes` into the op's status.json; a terminal phase is never left again."""
+
+    def mutate(doc: dict) -> dict:
+        new = dict(changes)
+        if doc.get("phase") in TERMINAL and new.get("phase") not in (None, *TERMINAL):
+            del new["phase"]
+        started = doc.get("started_at") or (now() if new.get("phase") not in (None, "queued") else None)
+        return {**doc, **new, "source": source, "op": op, "started_at": started, "updated_at": now()}
+
+    return store.update_json(status_key(run, source, op), mutate)
+
+
+def op_status(store: Store, run: str, source: str, op: str) -> dict:
+    return store.read_json(status_key(run, source, op))
+
+
+# ---------------------------------------------------------------- the view `farm status` prints
+
+
+def is_local(store: Store, run: str) -> bool:
+    """A run of `farm run` or `farm search` (in one process): a ledger, no run.json."""
+    return not store.exists(run_key(run)) and store.exists(ledger.key(run))
+
+
+def summarize_local(store: Store, run: str) -> dict[str, Any]:
+    """The status view of a local run, from its ledger (the ops it finished)."""
+    rows = []
+    for name, entry in sorted(ledger.read(store, run).items()):
+        result = entry.get("result", {})
+        source, _, op = name.partition("/")
+        rows.append({"source": source, "op": op, "phase": "done" if entry.get("status") == "done" else "failed",
+                     "reference": "ok", "chunk": 0, "tried": result.get("submitted", 0),
+                     "passed": result.get("passed", 0), "best_speedup": result.get("speedup_vs_model"),
+                     "best_time_ms": result.get("best_time_ms"), "worker": "local", "redeliveries": 0,
+                     "started_at": None, "updated_at": entry.get("updated_at"), "error": result.get("error", ""),
+                     "verdicts": {}})
+    count = lambda phase: sum(1 for r in rows if r["phase"] == phase)  # noqa: E731
+    totals = {"ops": len(rows), "done": count("done"), "failed": count("failed"), "cancelled": 0,
+              "finished": len(rows), "searching": 0, "tried": sum(r["tried"] for r in rows),
+              "passed": sum(r["passed"] for r in rows), "budget": "-"}
+    return {"run": run, "store": store.url, "status": "finished", "spec": {"local": True}, "created_at": None,
+            "cancelled_at": None, "totals": totals, "eta_s": 0.0, "ops": rows}
+
+
+def summarize(store: Store, run: str) -> dict[str, Any]:
+    """Per op: phase, reference, candidates tried and passed, best speedup, worker; totals and ETA."""
+    if is_local(store, run):
+        return summarize_local(store, run)
+    spec, doc = load_run(store, run)
+    rows = []
+    for op in spec.ops:
+        st = op_status(store, run, spec.source, op)
+        phase = st.get("phase", "queued")
+        if doc.get("cancelled_at") and phase not in TERMINAL:
+            phase = "cancelled"
+        rows.append({"source": spec.source, "op": op, "phase": phase, "reference": st.get("reference", "-"),
+                     "chunk": st.get("chunk", 0), "tried": st.get("tried", 0), "passed": st.get("passed", 0),
+                     "best_speedup": st.get("best_speedup"), "best_time_ms": st.get("best_time_ms"),
+                     "worker": st.get("worker", ""), "redeliveries": st.get("redeliveries", 0),
+                     "started_at": st.get("started_at"), "updated_at": st.get("updated_at"),
+                     "error": st.get("error", ""), "verdicts": st.get("verdicts", {})})
+    totals = _totals(rows, spec)
+    status = "cancelled" if doc.get("cancelled_at") else ("finished" if totals["finished"] == len(rows) else "running")
+    return {"run": run, "store": store.url, "status": status, "spec": spec.params(), "created_at": spec.created_at,
+            "cancelled_at": doc.get("cancelled_at"), "totals": totals, "eta_s": _eta(rows, spec, totals),
+            "ops": rows}
+
+
+def _totals(rows: list[dict], spec: RunSpec) -> dict[str, int]:
+    count = lambda phase: sum(1 for r in rows if r["phase"] == phase)
+    return {"ops": len(rows), "done": count("done"), "failed": count("failed"), "cancelled": count("cancelled"),
+            "finished": sum(1 for r in rows if r["phase"] in TERMINAL), "searching": count("searching"),
+            "tried": sum(r["tried"] for r in rows), "passed": sum(r["passed"] for r in rows),
+            "budget": spec.max_tasks * len(rows)}
+
+
+def _eta(rows: list[dict], spec: RunSpec, totals: dict) -> float | None:
+    """Seconds left at the rate candidates have been tried since the first op started."""
+    if totals["finished"] == len(rows):
+        return 0.0
+    starts = [r["started_at"] for r in rows if r["started_at"]]
+    if not starts or not totals["tried"]:
+        return None
+    elapsed = (_dt.datetime.now(_dt.timezone.utc) - _dt.datetime.fromisoformat(min(starts))).total_seconds()
+    left = sum(max(spec.max_tasks - r["tried"], 0) for r in rows if r["phase"] not in TERMINAL)
+    return round(left * max(elapsed, 1.0) / totals["tried"], 1)

@@ -1,0 +1,287 @@
+"""The comparison half of the Evaluator (farm.evaluate.evaluator): the op's timing mode, the
+baselines kept in the trusted runner, candidate and baselines timed in alternating rounds
+(farm.evaluate.speedup), the physical limit, and the re-timing before promotion (null check,
+confirm). A mixin: it uses the Evaluator's runners, settings and secret input sets."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from farm.evaluate import speedup as speedups
+from farm.evaluate import timing
+from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
+from farm.evaluate.sandbox import SandboxDied
+from farm.runtime import compare
+from farm.targets import DeviceSpec
+
+SUSPICIOUS_SPEEDUP = 20.0  # against Reference; reported, never trusted silently
+# what a result keeps of the per-call pass (probes, host checks) beside the compared figure
+PER_CALL_KEYS = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "host_median_ms", "host_bound", "probe_ms",
+                 "probe_check")
+
+
+class Comparison:
+    """Mixed into Evaluator; every method uses its runners (`candidates`, `references`)."""
+
+    def _time_cases(self) -> tuple[list[str], list]:
+        cases = self.fresh_cases()
+        return [f"seed{i}" for i in range(len(cases))], cases
+
+    def _graph_keys(self) -> list[str]:
+        """A graph replays one secret input set in the same buffers, as CUDA-graph serving
+        replays its static input buffers (and as do_bench_cudagraph times a call): rotating
+        sets at other addresses changed which candidate won by a few percent on the H100."""
+        return self._time_cases()[0][:1]
+
+    def _baseline_slots(self) -> dict[str, str]:
+        """Model and Reference kept side by side in the trusted runner, on the secret input
+        sets the candidates are timed on; {slot: "" if loaded else why not}. Reloaded after
+        the runner was replaced."""
+        if self._slots is not None and self._slots[0] == self.references.starts and self.references.alive:
+            return self._slots[1]
+        keys, cases = self._time_cases()
+        slots: dict[str, str] = {}
+        wanted = ["Model"] + (["Reference"] if self.task.reference_cls is not None else [])
+        for which in wanted:
+            try:
+                reply = self.references.call("load_task", self.settings.limits.compile_s,
+                                             path=str(self.ref.path.resolve()), source=self.ref.source,
+                                             shapes=self.shapes, which=which, init_inputs=self.init_inputs, slot=which,
+                                             policy=self.ref.policy, reference=self.task.reference_cls.__name__
+                                             if self.task.reference_cls else None)
+                slots[which] = "" if reply.get("ok") else (reply.get("error") or "cannot be built")[-300:]
+            except SandboxDied as exc:
+                slots[which] = str(exc)[-300:]
+        for key, (inputs, _expected) in zip(keys, cases):
+            if key not in self.references.cached_inputs:
+                reply = self.references.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs)
+                if reply.get("ok"):
+                    self.references.cached_inputs.add(key)
+        self._slots = (self.references.starts, slots)
+        return slots
+
+    def op_timing(self) -> dict:
+        """The op's timing mode, chosen once from the original (Model, else Reference): a CUDA
+        graph when it runs under the threshold in one and can be captured, else per call."""
+        if self._op_timing is None:
+            slots = self._baseline_slots()
+            keys = self._graph_keys()
+            original = next((w for w in ("Model", "Reference") if slots.get(w) == ""), None)
+            graph_ms, capture_error, calls = None, "", 0
+            if self.spec.target.name == "cuda" and self.settings.mode != "events" and original:
+                per_call = self.baseline().get(f"{original.lower()}_ms") or 0.01
+                calls = timing.graph_calls_for(per_call, len(keys))
+                try:
+                    reply = self.references.call("time_round", self.settings.limits.time_s, slot=original, keys=keys,
+                                                 mode="graph", reps=self.settings.round_reps, calls=calls,
+                                                 inplace_args=self.task.inplace_args)
+                except SandboxDied as exc:
+                    reply = {"ok": True, "capture_error": "capture_failed", "detail": str(exc)[:300]}
+                if reply.get("capture_error"):
+                    capture_error = reply["capture_error"]
+                elif reply.get("ok"):
+                    graph_ms = sorted(reply["samples"])[len(reply["samples"]) // 2]
+            per_call = self.baseline().get(f"{(original or 'model').lower()}_timing") or {}
+            mode, reason = timing.choose_mode(self.settings.mode, self.spec.target.name, graph_ms, capture_error,
+                                              self.settings.graph_threshold_ms, per_call.get("host_bound", 0.0))
+            if mode == "graph":
+                calls = timing.graph_calls_for(graph_ms or 0.01, len(keys))
+            self._op_timing = {"mode": mode, "reason": reason, "graph_calls": calls if mode == "graph" else 0,
+                               "original": original, "original_graph_ms": graph_ms, "capture_error": capture_error,
+                               "flush": self.settings.timing.get("flush", "write") if mode == "events" else "none"}
+        return self._op_timing
+
+    def floor(self) -> dict | None:
+        """The device's copy bandwidth and empty-kernel time per mode (trusted runner, once)."""
+        if self._floor is None:
+            try:
+                reply = self.references.call("device_limits", self.settings.limits.time_s)
+            except SandboxDied:
+                reply = {}
+            self._floor = {"limits": reply.get("limits") if reply.get("ok") else None}
+        return self._floor["limits"]
+
+    def _round(self, who: str, keys: list[str], mode: str, calls: int, reps: int, outputs: bool = False) -> dict:
+        args = dict(keys=keys, mode=mode, reps=reps, calls=calls, inplace_args=self.task.inplace_args,
+                    flush=self.settings.timing.get("flush", "write"), outputs=outputs)
+        if who == speedups.CANDIDATE:
+            all_keys = self._time_cases()[0]
+            if mode == "graph" and outputs and not self.task.inplace_args and len(all_keys) > 1:
+                args["swap_key"] = all_keys[1]  # a set the graph was never captured on
+            reply = self._call("time_round", self.settings.limits.time_s, slot=None, **args)
+            if "swap_check" in reply:
+                self._swap_check = reply["swap_check"]
+            if reply.get("capture_error") or self._null_run:
+                return reply
+            if reply["side_stream"] or reply["foreign_thread"]:
+                raise Stop("cheat", "kernels ran outside the timed stream while being timed")
+            if mode == "graph" and reply.get("captured") and reply["launches"] < calls:
+                raise Stop("cheat", f"{calls} captured calls launched only {reply['launches']} Triton kernels")
+            if mode == "events" and reply["launches"] < reps:
+                raise Stop("cheat", f"{reps} timed calls launched only {reply['launches']} Triton kernels")
+            return reply
+        return self.references.call("time_round", self.settings.limits.time_s, slot=who, **args)
+
+    def _interleave(self, mode: str, baselines: list[str], rounds: int) -> tuple[list, list[float], dict, dict]:
+        """Candidate and baselines in alternating rounds, all in `mode`. Returns the (who, round
+        median) sequence, the candidate's samples, the outputs of its last round and the
+        baselines that failed (name -> why)."""
+        keys, cases = self._time_cases()
+        for key, (inputs, _expected) in zip(keys, cases):
+            self._put(key, inputs)  # a fresh runner (the re-timing) has none yet
+        calls = self.op_timing()["graph_calls"] if mode == "graph" else 0
+        if mode == "graph":
+            keys = self._graph_keys()
+        reps = self.settings.round_reps
+        order = speedups.round_order(baselines, rounds)
+        timed: list[tuple[str, float]] = []
+        samples: list[float] = []
+        failed: dict[str, str] = {}
+        outputs: dict = {}
+        for i, who in enumerate(order):
+            if who in failed:
+                continue
+            reply = self._round(who, keys, mode, calls, reps, outputs=(i == len(order) - 1))
+            if reply.get("capture_error"):
+                if who == speedups.CANDIDATE:
+                    raise NotCapturable(reply["capture_error"], reply.get("detail", ""))
+                failed[who] = f"not capturable ({reply['capture_error']})"
+                continue
+            if not reply.get("ok"):
+                failed[who] = (reply.get("error") or "failed").strip().splitlines()[-1][:300]
+                continue
+            timed.append((who, statistics.median(reply["samples"])))
+            if who == speedups.CANDIDATE:
+                samples.extend(reply["samples"])
+                outputs = reply.get("outputs", outputs)
+        return timed, samples, outputs, failed
+
+    def _compare_all(self, result: EvalResult, rounds: int | None = None) -> None:
+        """The candidate against the baselines in the op's timing mode (a baseline that cannot
+        be captured is compared per call, in a second interleaved sequence of its own)."""
+        rounds = rounds or self.settings.rounds
+        self._swap_check = None
+        op = self.op_timing()
+        slots = self._baseline_slots()
+        ready = [w for w, err in slots.items() if not err]
+        mode, reason = op["mode"], op["reason"]
+        try:
+            timed, samples, outputs, failed = self._interleave(mode, ready, rounds)
+        except NotCapturable as nc:
+            self._kill_after = True
+            mode, reason = "events", f"candidate not capturable ({nc.kind}): timed per call"
+            timed, samples, outputs, failed = self._interleave(mode, ready, rounds)
+        per_mode = {mode: timed}
+        graph_failed = [w for w, why in failed.items() if why.startswith("not capturable")]
+        if graph_failed and mode == "graph":
+            per_mode["events"], _, _, more_failed = self._interleave("events", graph_failed, rounds)
+            failed = {w: why for w, why in failed.items() if w not in graph_failed}
+            failed.update(more_failed)
+        self._check_timed_outputs(outputs, mode)
+        self._record_timing(result, samples, mode, reason, op)
+        comparison = {"op_mode": op["mode"], "op_mode_reason": op["reason"], "rounds": rounds,
+                      "round_reps": self.settings.round_reps, "graph_calls": op["graph_calls"]}
+        for name, key in (("Model", "model"), ("Reference", "reference")):
+            seq_mode = next((m for m, seq in per_mode.items() if any(w == name for w, _ in seq)), None)
+            summary = speedups.summarize(speedups.round_ratios(per_mode[seq_mode], name)) if seq_mode else None
+            if summary:
+                comparison[key] = {**summary, "mode": seq_mode}
+            elif name in slots:
+                comparison[f"{key}_error"] = slots[name] or failed.get(name, "no rounds")
+        result.comparison = comparison
+        result.speedup_vs_model = (comparison.get("model") or {}).get("ratio")
+        result.speedup_vs_reference = (comparison.get("reference") or {}).get("ratio")
+        result.suspicious = bool(result.speedup_vs_reference and result.speedup_vs_reference > SUSPICIOUS_SPEEDUP)
+        result.baseline = {k: v for k, v in self.baseline().items() if not k.endswith("_timing")}
+        result.limit = self._limit(result.timing["median_ms"], mode)
+
+    def _record_timing(self, result: EvalResult, samples: list[float], mode: str, reason: str, op: dict) -> None:
+        """The compared figure, its mode and why; the per-call pass kept beside it, labelled."""
+        stats = timing.stats_of(samples, "cuda_graph" if mode == "graph" else _event_method(self.spec),
+                                "rounds").as_dict()
+        per_call = result.timing or {}
+        result.timing = {**stats, "mode": mode, "mode_reason": reason, "op_mode": op["mode"],
+                         "flush": op["flush"] if mode == op["mode"] else self.settings.timing.get("flush", "write"),
+                         "graph_calls": op["graph_calls"] if mode == "graph" else 0,
+                         "per_call_ms": per_call.get("median_ms"),
+                         "swap_check": getattr(self, "_swap_check", None) if mode == "graph" else None,
+                         "per_call": {k: per_call.get(k) for k in PER_CALL_KEYS}}
+
+    def _limit(self, time_ms: float, mode: str) -> dict | None:
+        floor = self.floor()
+        if not floor:
+            return None
+        limit = speedups.physical_limit(self._bytes_moved(), floor["copy_bw_bytes_s"],
+                                        floor["empty_kernel_ms"].get(mode), time_ms)
+        return {**limit, "mode": mode} if limit else None
+
+    def _check_timed_outputs(self, outputs: dict, mode: str) -> None:
+        """The comparison's last candidate round computed the verified answers (a graph replay
+        included; in-place ops replayed many times are exempt: their inputs moved on)."""
+        if mode == "graph" and self.task.inplace_args:
+            return
+        keys, cases = self._time_cases()
+        for key, (_inputs, expected) in zip(keys, cases):
+            got = outputs.get(key)
+            if got is None:
+                continue  # not every set is reached by a short events round
+            if not compare.all_ok(compare.compare_outputs(got, expected, self.tolerance)):
+                raise Stop("cheat", f"the compared calls on input set {key} ({mode}) did not compute the verified outputs")
+
+    def _bytes_moved(self) -> int:
+        return sum(nbytes(self.inputs)) + sum(nbytes(self.expected))
+
+    def null_check(self) -> dict | None:
+        """The Model against itself: the task's Model loaded by the harness into a fresh
+        candidate runner and compared with the trusted runner's Model exactly as a candidate
+        is. Its ratio is what "no faster" looks like on this device for this op (placement,
+        runner); on the H100 it reached 1.04 for one op (docs/benchmarks.md)."""
+        self.candidates.kill()
+        self._null_run = True
+        try:
+            reply = self.candidates.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
+                                         source=self.ref.source, shapes=self.shapes, which="Model",
+                                         init_inputs=self.init_inputs, policy=self.ref.policy)
+            if not reply.get("ok"):
+                return None
+            result = EvalResult(verdict="pass")
+            self._compare_all(result, rounds=self.settings.confirm_rounds)
+            return result.comparison.get("model")
+        except (Stop, SandboxDied):
+            return None
+        finally:
+            self._null_run = False
+            self.candidates.kill()
+
+    def confirm(self, source: str, name: str = "confirm") -> dict:
+        """Re-time a candidate against the baselines in a fresh candidate runner, with the
+        promotion's number of rounds, after the null check (farm.evaluate.speedup.promotion
+        reads the result)."""
+        if self.spec.target.interpret:  # the interpreter's timings would confirm nothing
+            return {"timed": False, "runner": "none", "skipped": "interpreter timings are not kernel timings"}
+        null = self.null_check() if self.model_runs() else None
+        self.candidates.kill()
+        result = EvalResult(verdict="pass")
+        started = time.monotonic()
+        try:
+            self._compile(source, name)
+            self._compare_all(result, rounds=self.settings.confirm_rounds)
+        except Stop as stop:
+            return {"error": f"{stop.verdict}: {stop.reason}"}
+        except SandboxDied as died:
+            return {"error": f"{died.kind}: {str(died).splitlines()[0]}"}
+        finally:
+            self.candidates.kill()  # the search's next candidate starts clean too
+        return {"runner": "fresh", "time_ms": result.timing["median_ms"], "timing": result.timing,
+                "model": result.comparison.get("model"), "reference": result.comparison.get("reference"),
+                "comparison": result.comparison, "limit": result.limit, "null": null,
+                "timed": not self.spec.target.interpret,
+                "seconds": time.monotonic() - started}
+
+    def model_runs(self) -> bool:
+        return self._baseline_slots().get("Model") == ""
+
+
+def _event_method(spec: DeviceSpec) -> str:
+    return {"cuda": "cuda_event", "ascend": "npu_event"}.get(spec.target.name, "host_clock")

@@ -1,0 +1,479 @@
+"""Inside the candidate runner (started by farm.evaluate.sandbox.Sandbox): load, run, time.
+
+Everything here runs next to untrusted candidate code. What the harness needs is bound to
+local names before any candidate is executed, so that a candidate rebinding module
+attributes does not change what the harness calls.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import io
+import itertools
+import pickle
+import signal
+import sys
+import threading
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from farm import targets
+from farm.evaluate import timing
+from farm.evaluate.child_rounds import RoundsMixin, _kind
+from farm.runtime import grads
+from farm.runtime.compare import as_output_list
+from farm.runtime.isolation import trim
+from farm.runtime.tensors import clone_values, to_cpu, to_device
+
+_counter = itertools.count()
+_torch_save = torch.save
+_equal = torch.equal
+
+
+class LaunchLog:
+    """Triton launches observed at run time: how many, which kernels, from where."""
+
+    def __init__(self, spec: targets.DeviceSpec):
+        self.spec = spec
+        self.main_thread = threading.get_ident()
+        self.reset()
+
+    ghost = False  # while True, launches are recorded but not executed (ghost replay)
+    capture_stream = None  # the harness's CUDA-graph capture stream: launches there are on the timed path
+
+    def reset(self) -> None:
+        self.count = 0
+        self.names: set[str] = set()
+        self.side_stream = False
+        self.foreign_thread = False
+
+    def record(self, kernel: Any) -> None:
+        self.count += 1
+        fn = getattr(kernel, "fn", kernel)
+        self.names.add(getattr(fn, "__name__", type(kernel).__name__))
+        if threading.get_ident() != self.main_thread:
+            self.foreign_thread = True
+        if self.spec.target.name == "cuda":
+            current = torch.cuda.current_stream()
+            if current != torch.cuda.default_stream() and current != self.capture_stream:
+                self.side_stream = True
+
+    def summary(self) -> dict:
+        return {"launches": self.count, "kernels": sorted(self.names), "side_stream": self.side_stream,
+                "foreign_thread": self.foreign_thread}
+
+
+def install_launch_hook(log: LaunchLog) -> None:
+    """Wrap every Triton entry point that launches a kernel (compiled and interpreted)."""
+    from triton.runtime.jit import JITFunction
+
+    classes = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    for cls in classes:
+        original = cls.run
+
+        def run(self, *args, _original=original, **kwargs):
+            if not kwargs.get("warmup", False):
+                log.record(self)
+                if log.ghost:
+                    return None
+            return _original(self, *args, **kwargs)
+
+        cls.run = run
+
+
+def device_info(spec: targets.DeviceSpec) -> dict:
+    info: dict[str, Any] = {"target": spec.target.name, "label": spec.label, "name": targets.device_name(spec),
+                            "device_timing": spec.target.device_timing}
+    if spec.target.name == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(sm_count=props.multi_processor_count, memory_bytes=props.total_memory,
+                    capability=f"{props.major}.{props.minor}")
+    elif spec.target.torch_device == "npu":
+        # triton-ascend reports cores through its driver (no SM count on NPUs). Unrun on hardware.
+        import triton
+
+        props = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())
+        info.update(num_aicore=props.get("num_aicore"), num_vectorcore=props.get("num_vectorcore"))
+    else:
+        import os
+
+        info.update(cores=os.cpu_count())
+    return info
+
+
+class Runner(RoundsMixin):
+    def __init__(self, spec: targets.DeviceSpec):
+        self.spec = spec
+        self.device = spec.torch_device
+        self.launches = LaunchLog(spec)
+        self.model = None
+        self.module: types.ModuleType | None = None
+        self.baseline_threads = threading.active_count()
+        self.timer = timing.DeviceTimer(spec)
+        self.inputs: dict[str, list] = {}  # input sets by key, on the device
+        self.fingerprints: dict[str, list] = {}
+        self.output_nbytes: list[int] = []
+        self.integrity: dict[str, Any] = {}
+        self.models: dict[str, torch.nn.Module] = {}  # trusted runner: baselines kept side by side
+        self.graphs: dict[tuple, Any] = {}  # (slot, keys, calls) -> (graph, its outputs, its input buffers)
+
+    def snapshot(self) -> None:
+        """What the harness relies on, as it is before any candidate runs."""
+        self.integrity = {name: _lookup(name) for name in _WATCHED}
+
+    # ------------------------------------------------------------ loading
+
+    def load_source(self, source: str, init_inputs: list, name: str = "candidate") -> dict:
+        """Execute the candidate from a file of its own: Triton reads kernel source from files."""
+        self.unload()
+        n = next(_counter)
+        mod_name = f"farm_candidate_{n}"
+        path = Path.cwd() / f"candidate_{n}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:  # noqa: BLE001 - the candidate's failure is its verdict
+            return {"ok": False, "kind": "compile_error", "error": trim(traceback.format_exc())}
+        finally:
+            sys.modules.pop(mod_name, None)
+        cls = module.__dict__.get("ModelNew")
+        if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+            return {"ok": False, "kind": "compile_error", "error": "the candidate defines no class ModelNew(nn.Module)"}
+        self.module = module
+        return self._instantiate(cls, init_inputs)
+
+    def load_task(self, path: str, source: str, shapes: str, which: str, init_inputs: list,
+                  policy=None, slot: str | None = None,
+                  reference: str | None = None) -> dict:
+        """Load the task's Model or Reference as the current model, or, with `slot`, keep it
+        under that name beside the others (the baselines that candidates are compared with)."""
+        from farm.corpus import tasks as corpus
+
+        if slot is None:
+            self.unload()
+        task = corpus.load_task(corpus.ref_from_file(path, source, policy=policy), shapes, reference=reference)
+        cls = task.model_cls if which == "Model" else task.truth_cls
+        if slot is None:
+            return self._instantiate(cls, init_inputs)
+        current = self.model
+        reply = self._instantiate(cls, init_inputs)
+        if reply["ok"]:
+            self.models[slot] = self.model
+            self.graphs = {k: v for k, v in self.graphs.items() if k[0] != slot}
+        self.model = current
+        return reply
+
+    def _instantiate(self, cls: type, init_inputs: list) -> dict:
+        try:
+            torch.manual_seed(0)
+            self.model = cls(*init_inputs).to(self.device).eval()
+        except BaseException:  # noqa: BLE001
+            return {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
+        return {"ok": True}
+
+    def unload(self) -> None:
+        self.model = None
+        self.module = None
+        self.graphs = {k: v for k, v in self.graphs.items() if k[0] is not None}
+        gc.collect()
+        if self.spec.target.name == "cuda":
+            torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------ running
+
+    def _poison(self) -> None:
+        """Hand the allocator blocks filled with 0xFF (NaN for floats) of exactly the sizes the
+        outputs will take, and one large block: an output that is never written cannot hold a
+        stale answer from an earlier run."""
+        junk = [torch.full((n,), 0xFF, dtype=torch.uint8, device=self.device) for n in self.output_nbytes for _ in (0, 1)]
+        junk.append(torch.full((1 << 20,), 0xFF, dtype=torch.uint8, device=self.device))
+        del junk
+
+    def put_inputs(self, key: str, inputs: list, output_nbytes: list | None = None) -> dict:
+        self.inputs[key] = to_device(inputs, self.device)
+        self.fingerprints[key] = _fingerprint(self.inputs[key])
+        if output_nbytes is not None:
+            self.output_nbytes = [int(n) for n in output_nbytes]
+        return {"ok": True}
+
+    def tampering(self) -> str:
+        """Harness objects replaced, or kept input sets changed: the runner cannot be trusted."""
+        changed = [name for name, obj in self.integrity.items() if _lookup(name) is not obj]
+        if changed:
+            return f"the candidate replaced harness code: {', '.join(changed)}"
+        for key, fp in self.fingerprints.items():
+            if _fingerprint(self.inputs[key]) != fp:
+                return f"the candidate changed the runner's kept input set '{key}'"
+        return ""
+
+    def _forward(self, dev_inputs: list):
+        with torch.no_grad():
+            out = self.model(*dev_inputs)
+        self.timer.synchronize()
+        return out
+
+    def run(self, key: str, inplace_args: tuple = (), poison: bool = True, ghost: bool = False) -> dict:
+        if self.model is None:
+            return {"ok": False, "kind": "runtime_error", "error": "no model loaded"}
+        dev_inputs = clone_values(self.inputs[key])
+        pristine = clone_values(dev_inputs)
+        if poison:
+            self._poison()
+        self.launches.reset()
+        LaunchLog.ghost = ghost
+        try:
+            out = self._forward(dev_inputs)
+        except BaseException as exc:  # noqa: BLE001
+            if ghost:  # without its kernels a candidate may well fail: then it depends on them
+                return {"ok": True, "outputs": None, "ghost_error": type(exc).__name__}
+            return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
+        finally:
+            LaunchLog.ghost = False
+        outputs = as_output_list(out)
+        odd = _odd_output(outputs)
+        if odd:
+            return {"ok": False, "kind": "cheat", "error": odd}
+        mutated = [i for i, (a, b) in enumerate(zip(dev_inputs, pristine))
+                   if isinstance(a, torch.Tensor) and i not in inplace_args and not _same_bits(a, b)]
+        return {"ok": True, "outputs": to_cpu(outputs), "mutated_inputs": mutated,
+                "threads_alive": threading.active_count() - self.baseline_threads, **self.launches.summary()}
+
+    def run_backward(self, key: str, indices: list[int], grad_outputs: list, ghost: bool = False) -> dict:
+        """Forward with gradients, then backward with the given upstream gradient. The launches of
+        each direction are counted apart: a backward left to PyTorch autograd launches none. On
+        CUDA, autograd runs backward on its own device thread, so the thread check is forward's only."""
+        if self.model is None:
+            return {"ok": False, "kind": "runtime_error", "error": "no model loaded"}
+        dev_inputs = clone_values(self.inputs[key])
+        go = to_device(grad_outputs, self.device)
+        self.launches.reset()
+        try:
+            with torch.enable_grad():
+                for i in indices:
+                    dev_inputs[i] = dev_inputs[i].detach().requires_grad_(True)
+                params = grads.trainable(self.model)
+                for p in params.values():
+                    p.grad = None
+                outs = as_output_list(self.model(*dev_inputs))
+                forward = self.launches.summary()
+                self.launches.reset()
+                LaunchLog.ghost = ghost
+                pairs = [(o, g) for o, g in zip(outs, go) if g is not None and isinstance(o, torch.Tensor)]
+                if any(not o.requires_grad for o, _ in pairs):
+                    return {"ok": False, "kind": "runtime_error",
+                            "error": "an output has no gradient function: ModelNew's forward is not differentiable"}
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            self.timer.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            if ghost:
+                return {"ok": True, "grad_inputs": None, "ghost_error": type(exc).__name__}
+            return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
+        finally:
+            LaunchLog.ghost = False
+        backward = self.launches.summary()
+        return {"ok": True, "launches_forward": forward["launches"], "launches_backward": backward["launches"],
+                "kernels_backward": backward["kernels"],
+                "grad_inputs": [None if dev_inputs[i].grad is None else dev_inputs[i].grad.detach().cpu()
+                                for i in indices],
+                "grad_params": {n: (None if p.grad is None else p.grad.detach().cpu()) for n, p in params.items()}}
+
+    def time(self, keys: list[str], options: dict, probe_keys: tuple[str, ...] = (),
+             inplace_args: tuple = ()) -> dict:
+        """Time forward on the given input sets in rotation, each set with buffers of its own
+        (its in-place arguments restored before every repetition, outside the events), and
+        return the outputs of the last call on each set, so the parent can check that the
+        timed calls computed the answer. Probe sets, never shown to this candidate before, are
+        called once each inside a batch, behind regular calls, so the host runs ahead of the
+        device for them as for every repetition."""
+        sets = {k: self.inputs[k] for k in (*keys, *probe_keys)}
+        bufs = {k: clone_values(v) for k, v in sets.items()}
+        model = self.model
+        current = [keys[0]]
+        last: dict[str, Any] = {}
+
+        def select(key: str) -> None:
+            current[0] = key
+            for j in inplace_args:
+                if j < len(bufs[key]) and isinstance(bufs[key][j], torch.Tensor):
+                    bufs[key][j].copy_(sets[key][j])
+
+        options = dict(options)
+        backward = options.pop("backward", None)
+
+        def call():
+            if backward is None:
+                with torch.no_grad():
+                    last[current[0]] = model(*bufs[current[0]])
+                return
+            with torch.enable_grad():  # forward + backward: what a training step pays for the op
+                args = [a.detach().requires_grad_(True) if i in backward["indices"] else a
+                        for i, a in enumerate(bufs[current[0]])]
+                outs = as_output_list(model(*args))
+                pairs = [(o, g) for o, g in zip(outs, upstream) if g is not None]
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            last[current[0]] = [o.detach() for o in outs]
+
+        upstream = to_device(backward["grad_outputs"], self.device) if backward else None
+        method = options.pop("method", "events")
+        self.timer.flush_mode = timing.check_flush(options.pop("flush", "write"))
+        self.launches.reset()
+        probe_ms: list[float] = []
+        try:
+            select(keys[0])
+            call()  # warms buffers, allocator and clocks
+            self.timer.synchronize()
+            if probe_keys:
+                order = [keys[0]] * 3 + [k for p in probe_keys for k in (p, keys[0])]
+                times = self.timer.batch(call, len(order), prepare=lambda i: select(order[i]))
+                probe_ms = [t for t, k in zip(times, order) if k in probe_keys]
+            stats = timing.measure(call, self.timer, prepare=lambda i: select(keys[i % len(keys)]), **options).as_dict()
+            if method == "npu_profiler":  # Ascend only; see farm.evaluate.timing (not run on hardware)
+                stats.update(event_median_ms=stats["median_ms"], median_ms=timing.npu_profiler_ms(call, self.timer),
+                             method="npu_profiler")
+            self.timer.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
+        finally:
+            for k in probe_keys:  # never kept: the next candidate must not find them either
+                self.inputs.pop(k, None)
+                self.fingerprints.pop(k, None)
+        if probe_ms:
+            # the lower median: with an even count (2 stored seed sets as probes) a single slow
+            # first call must not pass for a cache
+            stats["probe_ms"] = sorted(probe_ms)[(len(probe_ms) - 1) // 2]
+        calls = stats["reps"] + 4 + (2 * len(probe_keys) + 3 if probe_keys else 0)
+        outputs = {k: to_cpu(as_output_list(out)) for k, out in last.items()}
+        return {"ok": True, "stats": stats, "outputs": outputs, "min_calls": calls, **self.launches.summary()}
+
+
+def _fingerprint(values: list) -> list:
+    """Cheap, order-sensitive summary of an input set (sum and a position-weighted sum)."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel():
+            flat = v.detach().reshape(-1).double()
+            weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+            out.append((float(flat.nan_to_num().sum()), float((flat.nan_to_num() * weights).sum())))
+        else:
+            out.append(repr(v))
+    return out
+
+
+_WATCHED = ("time.perf_counter", "time.perf_counter_ns", "time.time", "time.monotonic", "torch.equal",
+            "torch.Tensor.clone", "torch.Tensor.copy_", "torch.cuda.synchronize", "torch.cuda.Event",
+            "farm.evaluate.timing.measure", "farm.evaluate.timing._perf_counter", "farm.evaluate.timing.DeviceTimer.batch",
+            "farm.evaluate.sandbox_child._reply", "farm.evaluate.sandbox_child.Runner.run", "farm.evaluate.sandbox_child.Runner.time",
+            "farm.evaluate.sandbox_child.Runner.time_round", "farm.evaluate.timing.graph_samples",
+            "farm.evaluate.timing.capture_graph", "torch.cuda.CUDAGraph.replay",
+            "triton.runtime.jit.JITFunction.run")
+
+
+def _lookup(name: str) -> Any:
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None:
+            obj = module
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+            return obj
+    return None
+
+
+def _odd_output(outputs: list) -> str:
+    """Outputs must be plain tensors or plain values: a tensor subclass can defer or fake its
+    work until the harness reads it."""
+    for i, v in enumerate(outputs):
+        if isinstance(v, torch.Tensor):
+            if type(v) is not torch.Tensor:
+                return f"output {i} is a {type(v).__name__}, not a plain torch.Tensor"
+        elif isinstance(v, (list, tuple)):
+            nested = _odd_output(list(v))
+            if nested:
+                return f"output {i}: {nested}"
+        elif v is not None and type(v) not in (int, float, bool, str):
+            return f"output {i} is a {type(v).__name__}; outputs must be tensors or plain values"
+    return ""
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        both_nan = torch.isnan(a) & torch.isnan(b)
+        return bool(((a == b) | both_nan).all())
+    return _equal(a, b)
+
+
+def _reply(conn, payload: dict) -> None:
+    buf = io.BytesIO()
+    _torch_save(payload, buf)
+    conn.send_bytes(buf.getvalue())
+
+
+def main(fd: int, device_label: str, memory_fraction: float) -> None:
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    # Python ignores SIGXFSZ; the log limit (RLIMIT_FSIZE) must kill the runner instead
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    try:
+        spec = targets.resolve_device(device_label)
+        targets.import_device_runtime(spec)
+        if spec.target.name == "cuda":
+            torch.cuda.set_per_process_memory_fraction(memory_fraction, 0)
+        runner = Runner(spec)
+        install_launch_hook(runner.launches)
+        runner.snapshot()
+        _reply(conn, {"ok": True, "device": device_info(spec)})
+    except BaseException:  # noqa: BLE001
+        _reply(conn, {"ok": False, "error": trim(traceback.format_exc())})
+        return
+    handlers = {
+        "load_source": lambda m: runner.load_source(m["source"], m["init_inputs"], m.get("name", "candidate")),
+        "load_task": lambda m: runner.load_task(m["path"], m["source"], m["shapes"], m["which"], m["init_inputs"],
+                                             m.get("policy"), m.get("slot"), m.get("reference")),
+        "time_round": lambda m: runner.time_round(m.get("slot"), m["keys"], m["mode"], m["reps"], m.get("calls", 0),
+                                                  tuple(m.get("inplace_args", ())), m.get("flush", "write"),
+                                                  m.get("outputs", False), m.get("swap_key")),
+        "device_limits": lambda m: runner.device_limits(),
+        "put_inputs": lambda m: runner.put_inputs(m["key"], m["inputs"], m.get("output_nbytes")),
+        "run": lambda m: runner.run(m["key"], tuple(m.get("inplace_args", ())), m.get("poison", True),
+                                    m.get("ghost", False)),
+        "run_backward": lambda m: runner.run_backward(m["key"], list(m["indices"]), m["grad_outputs"],
+                                                      m.get("ghost", False)),
+        "time": lambda m: runner.time(m["keys"], m.get("options", {}), tuple(m.get("probe_keys", ())),
+                                      tuple(m.get("inplace_args", ()))),
+        "unload": lambda m: (runner.unload(), {"ok": True})[1],
+    }
+    while True:
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if msg["cmd"] == "exit":
+            return
+        try:
+            reply = handlers[msg["cmd"]](msg)
+        except BaseException:  # noqa: BLE001 - e.g. outputs that cannot be serialised
+            reply = {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
+        tampered = runner.tampering() if msg["cmd"] != "put_inputs" else ""
+        if tampered:  # the verdict is cheat, and this runner is finished
+            reply = {"ok": False, "kind": "cheat", "error": tampered, "restart": True}
+        _reply(conn, reply)
+        if tampered:
+            return

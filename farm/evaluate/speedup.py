@@ -1,0 +1,129 @@
+"""Speedups that hold: ratios measured in one place, their spread, the promotion rule and the
+physical limit. Pure functions; the evaluator feeds them the per-round times it measured.
+
+A speedup is never a division of two figures taken in different processes or moments. The
+candidate and each baseline (the original Model, the PyTorch Reference) are timed in rounds,
+in runners of the same kind, with the same flush and timing mode, in the order
+
+    candidate, Model, candidate, Reference, candidate, Model, candidate, ...
+
+so every baseline round sits between two candidate rounds and drift (clocks, a neighbour on
+the host) hits both sides. Each baseline round gives one ratio: its median over the mean of
+the medians of the candidate rounds either side. The speedup is the median of those ratios;
+its spread is their min and max, and a confidence interval comes from the t distribution of
+their logarithms.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Iterable
+
+CANDIDATE = "candidate"
+CONFIDENCE = 0.95
+# two-sided 95% quantiles of Student's t, by degrees of freedom (1..30); normal beyond
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def round_order(baselines: Iterable[str], rounds: int) -> list[str]:
+    """Who is timed in which round: each baseline round between two candidate rounds."""
+    baselines = list(baselines)
+    order = [CANDIDATE]
+    for _ in range(rounds):
+        for name in baselines:
+            order += [name, CANDIDATE]
+    return order
+
+
+def round_ratios(timed: list[tuple[str, float]], baseline: str) -> list[float]:
+    """(who, round median ms) in the order they ran -> baseline/candidate ratio per baseline round,
+    against the mean of the candidate rounds just before and just after it."""
+    out = []
+    for i, (who, ms) in enumerate(timed):
+        if who != baseline:
+            continue
+        before = next((m for w, m in reversed(timed[:i]) if w == CANDIDATE), None)
+        after = next((m for w, m in timed[i + 1:] if w == CANDIDATE), None)
+        around = [m for m in (before, after) if m is not None]
+        if around and ms > 0:
+            out.append(ms / statistics.fmean(around))
+    return out
+
+
+def t_quantile(df: int) -> float:
+    if df < 1:
+        return math.inf
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def summarize(ratios: list[float]) -> dict | None:
+    """Median ratio, min/max spread and a 95% confidence interval (t on the log ratios)."""
+    ratios = [r for r in ratios if r > 0 and math.isfinite(r)]
+    if not ratios:
+        return None
+    logs = [math.log(r) for r in ratios]
+    if len(logs) > 1:
+        half = t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    else:
+        half = math.inf
+    centre = statistics.fmean(logs)
+    return {"ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "rounds": len(ratios),
+            "ci_low": math.exp(centre - half) if math.isfinite(half) else 0.0,
+            "ci_high": math.exp(centre + half) if math.isfinite(half) else math.inf, "confidence": CONFIDENCE}
+
+
+def candidate_ms(timed: list[tuple[str, float]]) -> float:
+    """The candidate's figure over the whole comparison: median of its round medians."""
+    return statistics.median(ms for who, ms in timed if who == CANDIDATE)
+
+
+# ---------------------------------------------------------------- promotion
+
+
+def promotion(confirmation: dict | None, model_runs: bool, timed: bool = True) -> tuple[bool, str]:
+    """Whether a re-timed best may be promoted as a speedup over the original, and why.
+
+    `confirmation` is the re-timing in a fresh runner: {"model": summarize(...) or None,
+    "null": summarize(...) of the Model against itself, or None}. Where the Model runs on the
+    target, the kernel must be faster with 95% confidence (the interval's low end above 1),
+    and faster than the Model measured against itself (the low end above the null check's
+    high end): a ratio a copy of the original also reaches is no speedup. Where it cannot run, there is no ratio to the original:
+    promotion says so and rests on the kernel being verified. `timed` is False where the
+    target's timings are not kernel timings (cpu: the Triton interpreter): the same."""
+    if not timed:
+        return True, "interpreter timings (cpu target) are not kernel timings: promoted as verified, not as a speedup"
+    if not model_runs:
+        return True, "the original Model does not run on this target: no speedup over it can be measured"
+    model = (confirmation or {}).get("model")
+    if not model:
+        return False, "not re-timed against the Model: no speedup to report"
+    text = f"{model['ratio']:.3f}x (95% CI {model['ci_low']:.3f}-{model['ci_high']:.3f}, {model['rounds']} rounds)"
+    null = confirmation.get("null")
+    bar = max(1.0, null["ci_high"]) if null else 1.0
+    if null:
+        text += f"; the Model against itself {null['ratio']:.3f}x (CI {null['ci_low']:.3f}-{null['ci_high']:.3f})"
+    if model["ci_low"] > bar:
+        return True, f"faster than the Model: {text}"
+    return False, f"not faster than the Model with 95% confidence: {text}"
+
+
+# ---------------------------------------------------------------- the physical limit
+
+
+def physical_limit(bytes_moved: int, copy_bw_bytes_s: float | None, empty_ms: float | None,
+                   time_ms: float | None) -> dict | None:
+    """The fastest a kernel moving `bytes_moved` could run here: the larger of bytes / measured
+    copy bandwidth and the device's empty-kernel time in the same timing mode; `fraction` is
+    that limit over the measured time (1.0 = at the limit)."""
+    if not copy_bw_bytes_s or empty_ms is None:
+        return None
+    bw_ms = bytes_moved / copy_bw_bytes_s * 1e3
+    limit_ms = max(bw_ms, empty_ms)
+    out = {"bytes": int(bytes_moved), "copy_bw_bytes_s": copy_bw_bytes_s, "bandwidth_ms": bw_ms,
+           "empty_kernel_ms": empty_ms, "limit_ms": limit_ms, "bound": "bandwidth" if bw_ms >= empty_ms else "launch"}
+    if time_ms:
+        out["fraction"] = limit_ms / time_ms
+    return out

@@ -1,0 +1,414 @@
+"""Timing: how long does a callable take on a device? Knows nothing of correctness.
+
+One recipe for every target, after Triton's do_bench and the public evaluation farms:
+
+1. one call to warm up (compilation, autotuning, allocator), then calls for a warm-up
+   budget in milliseconds;
+2. before every repetition, sweep a flush buffer larger than the device's cache (256 MB on
+   CUDA, 192 MB on Ascend) so no repetition reads warm cache. flush="write" (the default)
+   overwrites it, as do_bench does; flush="clean" reads it (a sum) instead. A written buffer
+   leaves up to the whole L2 (50 MB on an H100) dirty, and the timed call pays for writing it
+   back: a 64 MiB copy then reaches only 80% of the bandwidth of a 2 GiB one. A read leaves
+   clean lines, and the previous call's dirty outputs are written back during the sweep, so
+   "clean" measures what a memory-bound kernel itself achieves (docs/evaluator.md);
+3. a fresh pair of device events around each call, enqueued behind the flush in batches
+   with one full synchronisation per batch, so host launch latency is not measured;
+4. stop when the relative standard error of the mean falls under a target (after a minimum
+   number of repetitions), when the time budget is spent, or at a maximum count;
+5. report the median (the figure we rank by), min, mean, standard deviation, relative
+   standard error and the number of repetitions, all in milliseconds.
+
+Three calls from an idle device are also timed by the host clock, around the call and a
+full synchronisation: work that the events did not see (a side stream, a thread) shows up as
+host time far above device time.
+
+On cpu the events are host clocks: Triton runs in the interpreter and the numbers only
+order candidates roughly; they are not kernel timings.
+
+That recipe is the "events" timing mode. For microsecond kernels it measures the host's launch
+path as much as the kernel (issue 19; `host_bound` says when): the "graph" mode below replays
+the calls in a CUDA graph instead, and farm.evaluate.speedup turns rounds of either mode into
+ratios measured in one place.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from farm.errors import FarmError
+from farm.targets import DeviceSpec
+
+# Bound once, when the runner starts and before any candidate runs: a candidate that replaces
+# time.perf_counter afterwards does not change the clock the harness reads.
+_perf_counter = time.perf_counter
+
+DEFAULT_WARMUP_MS = 25.0
+DEFAULT_BUDGET_MS = 400.0
+DEFAULT_MIN_REPS = 10
+DEFAULT_MAX_REPS = 1000
+DEFAULT_RSE_TARGET = 0.005  # stop at 0.5% relative standard error of the mean
+DEFAULT_BATCH = 10  # repetitions enqueued between two synchronisations
+
+
+@dataclass
+class TimingStats:
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    std_ms: float
+    rse: float  # relative standard error of the mean
+    reps: int
+    host_median_ms: float  # wall clock around one call + full device sync, from an idle device
+    method: str
+    stop_reason: str
+    samples_ms: list[float] = field(default_factory=list, repr=False)
+    # share of batches in which the device waited for the host (events saw host time too)
+    host_bound: float = 0.0
+
+    def as_dict(self, samples: bool = False) -> dict:
+        d = asdict(self)
+        if not samples:
+            d.pop("samples_ms")
+        return d
+
+
+class _HostClock:
+    """Event-like clock for devices without events (cpu)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def record(self):
+        self.t = _perf_counter()
+
+    def elapsed_time(self, other: "_HostClock") -> float:
+        return (other.t - self.t) * 1e3
+
+
+FLUSH_MODES = ("write", "clean")
+
+
+def check_flush(mode: str) -> str:
+    if mode not in FLUSH_MODES:
+        raise FarmError(f"unknown cache flush '{mode}' (--flush): use write (as do_bench) or clean")
+    return mode
+
+
+class DeviceTimer:
+    """Events, synchronisation and cache flushing for one pinned device."""
+
+    def __init__(self, spec: DeviceSpec, flush: str = "write"):
+        import torch
+
+        self.spec = spec
+        self.kind = spec.target.name
+        self._torch = torch
+        # the device's torch module and event class, bound now for the same reason as _perf_counter;
+        # an interpreting target (cpu) has real semantics but no device clock: it times on the host
+        module = None if spec.target.interpret else spec.target.device_module()
+        self._device = module
+        self._event_cls = getattr(module, "Event", None)
+        self.flush_mode = check_flush(flush)
+        self.batches = self.host_bound_batches = 0  # see host_bound()
+        self.flush_buf = self._flush_sum = None
+        if spec.target.flush_bytes:
+            # int8, so that the sweep touches every byte; zeroed once so the sum is defined
+            self.flush_buf = torch.zeros(spec.target.flush_bytes, dtype=torch.int8, device=spec.torch_device)
+            self._flush_sum = torch.zeros((), dtype=torch.int32, device=spec.torch_device)
+
+    @property
+    def method(self) -> str:
+        return f"{self.spec.target.torch_device}_event" if self._event_cls is not None else "host_clock"
+
+    def event(self):
+        if self._event_cls is not None:
+            return self._event_cls(enable_timing=True)
+        return _HostClock()
+
+    def synchronize(self) -> None:
+        if self._device is not None:
+            self._device.synchronize()
+
+    def flush(self) -> None:
+        """Evict the cache before a timed call (step 2): write the buffer, or read it."""
+        if self.flush_buf is None:
+            return
+        if self.flush_mode == "clean":
+            self._torch.sum(self.flush_buf, dim=0, dtype=self._torch.int32, out=self._flush_sum)
+        else:
+            self.flush_buf.zero_()
+
+    def batch(self, fn: Callable[[], object], n: int, prepare: Callable[[int], None] | None = None,
+              first: int = 0) -> list[float]:
+        """Device ms of n flushed calls, enqueued back to back and synchronised once.
+
+        As in triton's do_bench, nothing waits between the flush and the start event: the host
+        runs ahead of the device, so the host's launch latency stays outside every measured
+        interval, and the events see only the call.
+        """
+        pairs = []
+        host0 = _perf_counter()
+        for i in range(first, first + n):
+            if prepare is not None:
+                prepare(i)  # e.g. load the next input set: outside the events
+            self.flush()
+            start, end = self.event(), self.event()
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        host_s = _perf_counter() - host0
+        self.synchronize()
+        if self._event_cls is not None and pairs:
+            self.batches += 1
+            self.host_bound_batches += host_bound(host_s, pairs[0][0].elapsed_time(pairs[-1][1]))
+        return [s.elapsed_time(e) for s, e in pairs]
+
+    def host_check(self, fn: Callable[[], object]) -> tuple[float, float]:
+        """(device ms, host ms) of one call from an idle device: the host time covers the call
+        and a full synchronisation, so work the events did not see shows up here."""
+        self.synchronize()
+        start, end = self.event(), self.event()
+        host0 = _perf_counter()
+        start.record()
+        fn()
+        end.record()
+        self.synchronize()
+        return start.elapsed_time(end), (_perf_counter() - host0) * 1e3
+
+
+def rse_of(samples: list[float]) -> float:
+    if len(samples) < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / math.sqrt(len(samples)) / mean if mean > 0 else math.inf
+
+
+def measure(
+    fn: Callable[[], object],
+    timer: DeviceTimer,
+    *,
+    warmup_ms: float = DEFAULT_WARMUP_MS,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+    min_reps: int = DEFAULT_MIN_REPS,
+    max_reps: int = DEFAULT_MAX_REPS,
+    rse_target: float = DEFAULT_RSE_TARGET,
+    batch: int = DEFAULT_BATCH,
+    prepare: Callable[[int], None] | None = None,
+) -> TimingStats:
+    """`prepare(i)` runs before repetition i, outside the timed interval."""
+    fn()
+    timer.synchronize()
+    warm_end = _perf_counter() + warmup_ms / 1e3
+    while _perf_counter() < warm_end:
+        timer.batch(fn, 1)
+    checks = [timer.host_check(fn) for _ in range(3)]
+    timer.batches = timer.host_bound_batches = 0
+    samples: list[float] = []
+    deadline = _perf_counter() + budget_ms / 1e3
+    stop = "max_reps"
+    while len(samples) < max_reps:
+        n = min(max(batch, min_reps - len(samples)), max_reps - len(samples))
+        samples.extend(timer.batch(fn, n, prepare, first=len(samples)))
+        if len(samples) >= min_reps:
+            if rse_of(samples) <= rse_target:
+                stop = "rse_target"
+                break
+            if _perf_counter() > deadline:
+                stop = "time_budget"
+                break
+    return TimingStats(
+        median_ms=statistics.median(samples),
+        min_ms=min(samples),
+        mean_ms=statistics.fmean(samples),
+        std_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
+        rse=rse_of(samples),
+        reps=len(samples),
+        host_median_ms=statistics.median(h for _, h in checks),
+        method=timer.method,
+        stop_reason=stop,
+        samples_ms=samples,
+        host_bound=timer.host_bound_batches / timer.batches if timer.batches else 0.0,
+    )
+
+
+# ---------------------------------------------------------------- Ascend: profiler device time
+#
+# Written from the torch_npu / triton-ascend documentation; NOT run on an NPU yet. Event timing
+# on Ascend includes a large host launch cost (~24 us per launch per triton-ascend#1675), so
+# the profiler's per-kernel device time is offered as an option: torch_npu.profiler writes
+# ASCEND_PROFILER_OUTPUT/op_statistic.csv, whose times are MICROSECONDS ("Total Time(us)").
+
+FLUSH_KERNEL_MARKERS = ("ZerosLike", "Zero", "Fill", "farm_flush")
+
+
+def parse_op_statistic(csv_text: str, active: int, exclude: tuple[str, ...] = FLUSH_KERNEL_MARKERS) -> float:
+    """Milliseconds of device time per call from op_statistic.csv: the ops that ran a multiple
+    of `active` times (once or more per call), minus the cache flush, divided by `active`."""
+    import csv
+    import io
+
+    total_us = 0.0
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        name = row.get("OP Type") or row.get("Op Name") or ""
+        count = int(float(row.get("Count", "0") or 0))
+        if count == 0 or count % active or any(m.lower() in name.lower() for m in exclude):
+            continue
+        total_us += float(row["Total Time(us)"])
+    return total_us / active / 1000.0  # us -> ms
+
+
+def npu_profiler_ms(fn: Callable[[], object], timer: DeviceTimer, active: int = 50) -> float:
+    """Device time per call from torch_npu's profiler (untested on hardware: no NPU here)."""
+    import glob
+    import tempfile
+
+    import torch_npu
+
+    prof_dir = tempfile.mkdtemp(prefix="farm-npu-prof-")
+    schedule = torch_npu.profiler.schedule(wait=0, warmup=1, active=active, repeat=1)
+    with torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.NPU], schedule=schedule,
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(prof_dir)) as prof:
+        for _ in range(active + 1):
+            timer.flush()
+            fn()
+            prof.step()
+    timer.synchronize()
+    files = glob.glob(f"{prof_dir}/**/op_statistic.csv", recursive=True)
+    if not files:
+        raise RuntimeError(f"torch_npu profiler wrote no op_statistic.csv under {prof_dir}")
+    with open(files[0]) as f:
+        return parse_op_statistic(f.read(), active)
+
+
+# ---------------------------------------------------------------- timing modes
+#
+# "events": one flushed, event-timed call per repetition (the recipe above). For kernels of a
+# few microseconds it measures the launch path as much as the kernel: the host must enqueue
+# flush, events and the forward's Python faster than the device runs the 256 MB flush (about
+# 90 us on an H100), or the start event fires on an idle device and the interval then holds
+# the forward's host time too. `host_bound` in the result says when that happened.
+# "graph": the calls captured once in a CUDA graph and replayed, as LLM serving runs these
+# kernels (and as triton.testing.do_bench_cudagraph times them): no host work inside the
+# timed interval and no flush; input sets rotate inside the graph. Per-call time = replay
+# time / calls in the graph. A forward that synchronises with the host cannot be captured:
+# it is then timed per call and labelled so ("events", reason "not capturable: host_sync").
+
+TIMING_MODES = ("auto", "events", "graph")
+GRAPH_THRESHOLD_MS = 0.020  # auto: ops whose original runs under 20 us per call are timed in a graph
+GRAPH_REPLAY_MS = 0.5  # aim for replays this long: long enough for the events, short enough per round
+MAX_GRAPH_CALLS = 256
+
+
+def check_mode(mode: str) -> str:
+    if mode not in TIMING_MODES:
+        raise FarmError(f"unknown timing mode '{mode}' (--timing-mode): use auto, events or graph")
+    return mode
+
+
+def choose_mode(requested: str, target: str, graph_ms: float | None = None, capture_error: str = "",
+                threshold_ms: float = GRAPH_THRESHOLD_MS, per_call_host_bound: float = 0.0) -> tuple[str, str]:
+    """The op's timing mode and why, from the original's per-call time in a graph (None when
+    it was not tried), why it could not be captured (empty when it could), and the share of
+    its per-call batches that were host-bound (then per-call figures measure the host)."""
+    check_mode(requested)
+    if requested == "events":
+        return "events", "requested"
+    if target != "cuda":
+        why = "no CUDA graphs on this target" if target == "ascend" else "host clock on the cpu target"
+        return "events", f"{target}: {why}; timed per call"
+    if capture_error:
+        return "events", f"not capturable ({capture_error}): timed per call"
+    if requested == "graph":
+        return "graph", "requested"
+    if graph_ms is None:
+        return "events", "no graph measurement of the original"
+    if graph_ms < threshold_ms:
+        return "graph", f"original {graph_ms * 1e3:.1f} us per call in a graph, under {threshold_ms * 1e3:.0f} us"
+    if per_call_host_bound >= 0.5:
+        return "graph", (f"original {graph_ms * 1e3:.1f} us per call in a graph, but its per-call timing was "
+                         f"host-bound ({per_call_host_bound:.0%} of batches)")
+    return "events", f"original {graph_ms * 1e3:.1f} us per call, at or over {threshold_ms * 1e3:.0f} us"
+
+
+def graph_calls_for(per_call_ms: float, sets: int, replay_ms: float = GRAPH_REPLAY_MS,
+                    cap: int = MAX_GRAPH_CALLS) -> int:
+    """Calls per graph: a whole number of rotations over the input sets, about `replay_ms` long."""
+    sets = max(1, sets)
+    want = int(replay_ms / per_call_ms) if per_call_ms > 0 else cap
+    want = max(sets, min(cap, want))
+    return max(sets, want - want % sets)
+
+
+class CaptureError(Exception):
+    """The forward could not be captured in a CUDA graph; `kind` says why (host_sync, ...)."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail = kind, detail
+
+
+def classify_capture_error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if any(s in text for s in ("capturing", "synchroniz", "capture_status", "not permitted", "implicit")):
+        return "host_sync"
+    return "capture_failed"
+
+
+def capture_graph(calls: list[Callable[[], object]], timer: "DeviceTimer", on_stream=None):
+    """A CUDA graph of the given calls, in order. `on_stream(stream)` is told the capture
+    stream (the launch hook accepts launches on it). Raises CaptureError."""
+    torch = timer._torch
+    stream = torch.cuda.Stream()
+    if on_stream is not None:
+        on_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        # a side stream must see the calls once before capture (lazy init, allocator)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for call in calls[: max(1, len(calls) // 8)]:
+                call()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            for call in calls:
+                call()
+        torch.cuda.synchronize()
+    except BaseException as exc:  # noqa: BLE001 - whatever broke the capture, it is the verdict on capture
+        raise CaptureError(classify_capture_error(exc), str(exc).strip().splitlines()[0][:300] if str(exc).strip()
+                           else type(exc).__name__) from None
+    finally:
+        if on_stream is not None:
+            on_stream(None)
+    return graph
+
+
+def graph_samples(graph, calls: int, n: int, timer: "DeviceTimer") -> list[float]:
+    """Per-call ms of n replays, enqueued back to back, one synchronisation."""
+    pairs = []
+    for _ in range(n):
+        start, end = timer.event(), timer.event()
+        start.record()
+        graph.replay()
+        end.record()
+        pairs.append((start, end))
+    timer.synchronize()
+    return [s.elapsed_time(e) / calls for s, e in pairs]
+
+
+def stats_of(samples: list[float], method: str, stop_reason: str, host_median_ms: float = 0.0) -> TimingStats:
+    return TimingStats(median_ms=statistics.median(samples), min_ms=min(samples), mean_ms=statistics.fmean(samples),
+                       std_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0, rse=rse_of(samples),
+                       reps=len(samples), host_median_ms=host_median_ms, method=method, stop_reason=stop_reason,
+                       samples_ms=samples)
+
+
+def host_bound(host_s: float, device_ms: float) -> bool:
+    """A batch whose enqueueing took the host as long as the device took to run it: the device
+    waited for the host, so the events also saw host time."""
+    return device_ms > 0 and host_s * 1e3 >= 0.9 * device_ms

@@ -1,0 +1,145 @@
+"""inductor: Triton seeds from torch.compile of the task's ground truth (Reference, else Model).
+
+For each compile mode, a child process pinned to the target compiles the ground-truth module
+with `torch.compile(mode, dynamic=False, fullgraph=True)`, runs it once on the task's inputs
+and records inductor's wrapper, kernels, launch configs and grids
+(farm.generators.inductor.capture.capture_child); this process then assembles a self-contained
+candidate: plain `@triton.jit` kernels and a `ModelNew` whose forward allocates the outputs
+and launches them (farm.generators.inductor.assemble). See docs/inductor.md.
+
+Targets: cuda (modes "default" and "max-autotune-no-cudagraphs"); cpu, through
+`cpu_backend = "triton"` and the Triton interpreter (mode "default": the interpreter does
+not autotune). Any other target gets no seeds, with a log line saying why: on ascend,
+stock inductor has no NPU backend (torch_npu brings its own, which the farm has never run).
+
+Candidates are shape-specialized (they assert the captured shapes, strides, dtypes and
+constructor arguments). The shape set is the generator's `shapes` option, else
+`ctx.device["shapes"]` (the search passes the reference data's), else "small" on cpu and
+"bench" elsewhere (as `farm reference --shapes auto`). The device is `ctx.device["label"]`
+("cuda:1", as the evaluator's device_info names it), else `ctx.device["index"]`, else 0.
+The generator only seeds: `propose` returns [].
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from farm.evaluate import static_checks
+from farm.generators.base import Candidate, Context, Generator, Proposal
+from farm.generators.inductor import backward as bwd
+from farm.generators.inductor.assemble import assemble
+from farm.generators.inductor.capture import capture_child
+from farm.generators.inductor.layers import Unsupported
+from farm.runtime.isolation import run_in_child
+from farm.targets import DeviceSpec, get_target, resolve_device
+
+log = logging.getLogger(__name__)
+
+MODES = {"cuda": ("default", "max-autotune-no-cudagraphs"), "cpu": ("default",)}
+
+
+class InductorGenerator(Generator):
+    name = "inductor"
+
+    def __init__(self, modes: list[str] | tuple[str, ...] | None = None, timeout_s: float = 600.0,
+                 shapes: str | None = None):
+        self.modes = tuple(modes) if modes else None
+        self.timeout_s = float(timeout_s)
+        self.shapes = shapes
+        self.reasons: list[str] = []  # why a mode gave no seed (also logged), for callers and tests
+        self.captures: list[dict] = []  # what each mode's child recorded (farm.generators.inductor.capture), last seeds()
+
+    def _skip(self, reason: str) -> None:
+        self.reasons.append(reason)
+        log.info("inductor: %s", reason)
+
+    def _spec(self, ctx: Context) -> DeviceSpec:
+        if ctx.target == "cpu":
+            return DeviceSpec(get_target("cpu"), None)
+        label = str(ctx.device.get("label") or "")
+        if label.startswith(ctx.target + ":"):
+            return resolve_device(label)
+        return resolve_device(f"{ctx.target}:{int(ctx.device.get('index', 0) or 0)}")
+
+    def seeds(self, ctx: Context) -> list[Proposal]:
+        self.reasons, self.captures = [], []
+        if ctx.target not in MODES:
+            self._skip(f"target {ctx.target}: no seeds: the inductor generator knows Triton output of torch.compile "
+                       "on cuda and cpu only (ascend would need torch_npu's inductor backend, never run here)")
+            return []
+        spec = self._spec(ctx)
+        # the shape set of the reference data the candidates will be judged on (the search puts
+        # it in ctx.device); else what `farm reference --shapes auto` picks: small on cpu
+        shapes = self.shapes or ctx.device.get("shapes") or ("small" if ctx.target == "cpu" else "bench")
+        modes = self.modes or MODES[ctx.target]
+        out: list[Proposal] = []
+        seen: set[str] = set()
+        backward, grad_inputs = bwd.declared_backward(ctx.task_source)
+        with tempfile.TemporaryDirectory(prefix="farm-inductor-") as tmp:
+            path = Path(tmp) / f"{ctx.op}.py"
+            path.write_text(ctx.task_source)
+            env = dict(spec.child_env())
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor-cache")
+            for mode in modes:
+                source = self._one(ctx, spec, str(path), shapes, mode, env)
+                if source is not None and backward:
+                    source = self._with_backward(ctx, spec, path, shapes, mode, env, source, grad_inputs)
+                if source is None:
+                    continue
+                if source in seen:
+                    self._skip(f"mode {mode}: same candidate as an earlier mode")
+                    continue
+                seen.add(source)
+                out.append(Proposal(source, self.name, note=f"torch.compile mode={mode} ({shapes} shapes)"))
+        return out
+
+    def _one(self, ctx: Context, spec: DeviceSpec, path: str, shapes: str, mode: str, env: dict) -> str | None:
+        outcome = run_in_child(capture_child, (path, ctx.source, shapes, mode, ctx.target, 0, True, ctx.shape_policy),
+                               timeout_s=self.timeout_s, env=env)
+        if not outcome.ok:
+            last = outcome.error.strip().splitlines()[-1] if outcome.error.strip() else outcome.status
+            self._skip(f"mode {mode}: capture {outcome.status} in stage {outcome.stage}: {last}")
+            return None
+        cap = outcome.value
+        self.captures.append(cap)
+        if not cap.get("ok"):
+            self._skip(f"mode {mode}: no seed: {cap.get('reason')}")
+            return None
+        try:
+            source = assemble(cap, ctx.target)
+        except Unsupported as exc:
+            self._skip(f"mode {mode}: inductor's output cannot become a candidate: {exc}")
+            return None
+        verdict, reason = static_checks.static_verdict(source)
+        if verdict:
+            self._skip(f"mode {mode}: the assembled candidate fails the static checks ({verdict}: {reason})")
+            return None
+        log.info("inductor: mode %s on %s: %d launch(es) in %.1f s", mode, spec.label, len(cap["launches"]),
+                 outcome.elapsed_s)
+        return source
+
+    def _with_backward(self, ctx: Context, spec: DeviceSpec, path: Path, shapes: str, mode: str, env: dict,
+                       forward: str, grad_inputs: tuple[int, ...] | None) -> str | None:
+        """A training op gets a differentiable seed or none: never a forward-only one."""
+        cap = self.captures[-1]
+        indices = bwd.grad_indices(cap, grad_inputs)
+        vjp_path = path.with_name(f"{ctx.op}_vjp.py")
+        vjp_path.write_text(bwd.vjp_task(str(path), ctx.source, shapes, len(cap["inputs"]), indices))
+        backward = self._one(ctx, spec, str(vjp_path), shapes, mode, env)
+        if backward is None:
+            self._skip(f"mode {mode}: no seed: the op declares BACKWARD and its backward could not be captured")
+            return None
+        try:
+            return bwd.join(forward, backward, ctx.op, indices, len(cap["inputs"]))
+        except (Unsupported, SyntaxError) as exc:
+            self._skip(f"mode {mode}: no seed: forward and backward kernels cannot be joined: {exc}")
+            return None
+
+    def no_seed_reason(self, ctx: Context) -> str:
+        return "; ".join(self.reasons) or "no seed"
+
+    def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
+        """inductor only seeds: its output depends on the task, not on a parent."""
+        return []

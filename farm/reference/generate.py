@@ -1,0 +1,275 @@
+"""Step one of the flow: run each task's original Model on the source device and keep its
+inputs and outputs as a .pt, so the target never needs the CUDA code.
+
+`generate_reference` is the library function (one task, current process, device already
+pinned); `reference_child` wraps it for a child process; `generate_references` runs a batch,
+one child per op, stores the .pt files and merges the manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from farm import __version__, targets
+from farm.corpus import modes
+from farm.corpus import tasks as corpus
+from farm.corpus.inputs import draw_init_inputs, draw_inputs, draw_seeded
+from farm.corpus.tasks import TaskRef
+from farm.errors import FarmError, StorageError
+from farm.reference import manifest, seedsets
+from farm.reference.ptfile import load_pt_file
+from farm.runtime import grads
+from farm.runtime.compare import as_output_list
+from farm.runtime.isolation import run_in_child
+from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
+from farm.storage import Store
+from farm.storage.base import sha256_file
+from farm.targets import DeviceSpec
+
+log = logging.getLogger(__name__)
+
+PT_KEYS = ("op_name", "seed", "save_inputs", "inputs", "input_shapes", "input_dtypes",
+           "outputs", "output_shapes", "output_dtypes", "init_inputs")
+
+
+def _shapes_dtypes(values: list) -> tuple[list, list]:
+    import torch
+
+    shapes, dtypes = describe_values(values)
+    return [torch.Size(s) if s is not None else None for s in shapes], dtypes
+
+
+def _forward(model, inputs: list, spec: DeviceSpec, check=lambda raw: raw) -> tuple[list, float]:
+    """One forward on a copy of the inputs (forward may work in place): outputs on the CPU,
+    after `check` (a Model that returns what no .pt can hold is refused there)."""
+    import torch
+
+    with torch.no_grad():
+        dev_inputs = to_device(clone_values(inputs), spec.torch_device)
+        targets.synchronize(spec)
+        start = time.perf_counter()
+        raw = model(*dev_inputs)
+        targets.synchronize(spec)
+        elapsed = time.perf_counter() - start
+    return as_output_list(to_cpu(check(raw))), elapsed
+
+
+def generate_reference(task: corpus.Task, spec: DeviceSpec, seed: int,
+                       report: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
+    """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), clone, forward."""
+    return generate_reference_and_sets(task, spec, seed, report)[0]
+
+
+def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
+                                report: Callable[[str], None] = lambda stage: None,
+                                seed_sets: int = 0) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), clone, forward;
+    and, in reference-data mode (`seed_sets` > 0), the secret seed sets (farm.reference.seedsets)."""
+    import torch
+
+    dev = spec.torch_device
+    report("size_check")  # the memory guard runs Model's forward on the meta device
+    task.guard()
+    report("init")
+    init_inputs = draw_init_inputs(task, seed)
+    seed_all(seed)
+    model = task.model_cls(*init_inputs).to(dev).eval()
+    report("get_inputs")
+    inputs = draw_inputs(task, seed)
+    saved_inputs = clone_values(inputs)  # forward may work in place; the .pt keeps the originals
+    report("forward")
+    outputs, elapsed = _forward(model, inputs, spec, lambda raw: corpus.check_outputs(task, task.model_cls, raw))
+    extras = backward_record(task, model, inputs, seed, dev, report) if task.backward else {}
+    secret = None
+    if seed_sets:
+        report("seed_sets")
+        sets = []
+        for s in seedsets.draw_seeds(seed_sets, seed):
+            drawn = draw_seeded(task, s)  # get_inputs() was found deterministic above: one draw each
+            kept = clone_values(drawn)
+            sets.append({"seed": s, "inputs": kept, "outputs": _forward(model, drawn, spec)[0]})
+        secret = {"op_name": task.ref.op, "source": task.ref.source, "pt_seed": seed,
+                  "task_sha256": task.ref.sha256(), "sets": sets}
+    input_shapes, input_dtypes = _shapes_dtypes(saved_inputs)
+    output_shapes, output_dtypes = _shapes_dtypes(outputs)
+    return {
+        "op_name": task.ref.op,
+        "seed": seed,
+        "save_inputs": True,
+        "inputs": saved_inputs,
+        "input_shapes": input_shapes,
+        "input_dtypes": input_dtypes,
+        "outputs": outputs,
+        "output_shapes": output_shapes,
+        "output_dtypes": output_dtypes,
+        "init_inputs": init_inputs,
+        # extras
+        "source": task.ref.source,
+        "task_sha256": task.ref.sha256(),
+        "shapes": task.shapes,
+        "mode": task.mode,
+        "reference_class": task.reference_cls.__name__ if task.reference_cls is not None else None,
+        "device": spec.label,
+        "device_name": targets.device_name(spec),
+        "torch_version": str(torch.__version__),  # TorchVersion is not weights_only-loadable
+        "triton_version": _triton_version(),
+        "farm_version": __version__,
+        "reference_time_s": elapsed,
+        **extras,
+    }, secret
+
+
+def backward_record(task: corpus.Task, model, inputs: list, seed: int, device: str,
+                    report: Callable[[str], None]) -> dict[str, Any]:
+    """The extra .pt keys of a training op: the upstream gradient and the gradients it gives."""
+    report("backward")
+    indices = grads.grad_indices(task.grad_inputs, inputs)
+    _, upstream, grad_inputs, grad_params = grads.forward_backward(
+        model.train(False), to_device(clone_values(inputs), device), indices, None, seed, device)
+    return {"grad_input_indices": indices, "grad_outputs": upstream, "grad_inputs": grad_inputs,
+            "grad_params": grad_params}
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+
+        return str(triton.__version__)
+    except ImportError:
+        return None
+
+
+def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec, seed: int, shapes: str,
+                    out_path: str, reference: str | None = None, seed_sets: int = 0) -> dict[str, Any]:
+    """In the pinned child: generate and save; only metadata travels back to the parent. The
+    secret seed sets go to a file of their own (out_path + ".sets"), and the .pt records its
+    sha256, so whoever holds the .pt can find and check them."""
+    import torch
+
+    targets.import_device_runtime(spec)
+    report("import")
+    task = corpus.load_task(ref, shapes, reference=reference)
+    data, secret = generate_reference_and_sets(task, spec, seed, report,
+                                               seed_sets if task.mode == "reference-data" else 0)
+    report("save")
+    if secret is not None:
+        sets_path = out_path + ".sets"
+        torch.save(secret, sets_path)
+        load_pt_file(sets_path)
+        data[seedsets.POINTER] = {"key": seedsets.secret_key(ref.source, ref.op), "sha256": sha256_file(sets_path),
+                                  "count": len(secret["sets"])}
+    torch.save(data, out_path)
+    load_pt(out_path)  # consumers load weights_only: a .pt they cannot read fails here, at "save"
+    return {"device_name": data["device_name"], "reference_time_s": data["reference_time_s"],
+            "task_sha256": data["task_sha256"], "mode": data["mode"], "reference_class": data["reference_class"],
+            "seed_sets": data.get(seedsets.POINTER)}
+
+
+def load_pt(path: str | Path) -> dict[str, Any]:
+    """Every .pt is untrusted: tensors and plain values only, never arbitrary objects."""
+    data = load_pt_file(path)
+    missing = [k for k in PT_KEYS if k not in data] if isinstance(data, dict) else list(PT_KEYS)
+    if missing:
+        raise FarmError(f"{path}: reference .pt lacks key(s) {', '.join(missing)}")
+    return data
+
+
+def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store,
+               secret_store: Store | None = None) -> bool:
+    if not entry or not entry.get("success"):
+        return False
+    if (entry.get("task_sha256"), entry.get("seed"), entry.get("shapes")) != (task_sha, seed, shapes):
+        return False
+    if entry.get("seed_sets_key") and (secret_store or store).head(entry["seed_sets_key"]) is None:
+        return False  # the .pt alone cannot verify a reference-data task
+    # The bytes themselves, not just their record: a damaged object must be made again, not
+    # reported "current" and then fail every search that reads it.
+    try:
+        sha = store.verify(entry["key"])
+    except StorageError as exc:
+        if store.head(entry["key"]) is not None:
+            log.warning("stored %s is unreadable, so it is made again: %s", entry["key"], exc)
+        return False
+    return entry.get("sha256") in (None, sha)
+
+
+def _entry(ref: TaskRef, key: str, spec: DeviceSpec, seed: int, shapes: str, task_sha: str) -> dict[str, Any]:
+    return {"op_name": ref.op, "source": ref.source, "key": key, "success": False, "sha256": None,
+            "size_bytes": None, "elapsed_s": None, "error": None, "stage": None, "device": spec.label,
+            "created_at": manifest.now(), "task_sha256": task_sha, "seed": seed, "shapes": shapes}
+
+
+def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes: str, timeout_s: float,
+                 staging: Path, seed_sets: int = 4, secret_store: Store | None = None) -> dict[str, Any]:
+    """One op in its own child; the .pt goes to the store only if the child succeeded. The
+    task's truth is decided here first (farm.corpus.modes: its trial runs in a child of its
+    own), and the child records secret seed sets if it is in reference-data mode."""
+    key = manifest.ref_key(ref.source, ref.op)
+    entry = _entry(ref, key, spec, seed, shapes, ref.sha256())
+    decided = modes.resolve_ref(ref, shapes, min(timeout_s, modes.TRIAL_TIMEOUT_S))
+    if not isinstance(decided, modes.Mode):  # the file cannot be loaded: the child's stage and error
+        entry.update(stage=decided.stage, error=_last_lines(decided.error), elapsed_s=round(decided.elapsed_s, 3))
+        return entry
+    entry.update(mode=decided.mode, reference_class=decided.reference)
+    tmp = staging / f"{ref.source}__{ref.op}.pt"
+    sets_tmp = Path(str(tmp) + ".sets")
+    outcome = run_in_child(reference_child, (ref, spec, seed, shapes, str(tmp), decided.reference, seed_sets),
+                           timeout_s=timeout_s, env=spec.child_env())
+    entry["elapsed_s"] = round(outcome.elapsed_s, 3)
+    try:
+        if not outcome.ok:
+            entry.update(stage=outcome.stage, error=_last_lines(outcome.error))
+            return entry
+        pointer = outcome.value.get("seed_sets")
+        if pointer:  # secrets first: a .pt is never published without the sets it points at
+            info = (secret_store or store).put_file(pointer["key"], sets_tmp, sha256=pointer["sha256"])
+            entry.update(seed_sets=pointer["count"], seed_sets_key=pointer["key"], seed_sets_bytes=info.size)
+        sha = sha256_file(tmp)
+        info = store.put_file(key, tmp, sha256=sha)
+        entry.update(success=True, stage="done", sha256=info.sha256, size_bytes=info.size,
+                     device_name=outcome.value["device_name"], reference_time_s=outcome.value["reference_time_s"])
+        return entry
+    finally:
+        tmp.unlink(missing_ok=True)
+        sets_tmp.unlink(missing_ok=True)
+
+
+def _last_lines(text: str, n: int = 6) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(lines[-n:])
+
+
+def generate_references(
+    refs: list[TaskRef],
+    store: Store,
+    spec: DeviceSpec,
+    seed: int,
+    shapes: str,
+    timeout_s: float,
+    force: bool = False,
+    on_done: Callable[[dict], None] | None = None,
+    seed_sets: int = 4,
+    secret_store: Store | None = None,
+) -> list[dict[str, Any]]:
+    """Every op is tried; failures are recorded with their stage and the batch goes on.
+    `secret_store` holds the secret seed sets where `store` is a plain folder (--output-dir)."""
+    known = manifest.entries(store)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="farm-ref-") as staging:
+        for ref in refs:
+            previous = known.get(f"{ref.source}/{ref.op}")
+            if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store):
+                result = {**previous, "skipped": True}
+            else:
+                result = generate_one(ref, store, spec, seed, shapes, timeout_s, Path(staging), seed_sets,
+                                      secret_store)
+                manifest.record(store, [result])
+                log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])
+            results.append(result)
+            if on_done:
+                on_done(result)
+    return results

@@ -1,0 +1,206 @@
+"""The reference cache as a whole: list it, re-verify it, copy it between stores.
+
+`push`/`pull` replace the scp step of the existing tool chain: a folder laid out as
+<dir>/<source>/<op>.pt (+ manifest.json) goes to S3 and back, every object verified on the
+way and the destination's manifest merged, never overwritten.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from farm.corpus.tasks import natural_sorted
+from farm.errors import FarmError, IntegrityError, StorageError
+from farm.reference import manifest
+from farm.reference.generate import load_pt
+from farm.storage import Store
+
+
+def _source_op(key: str) -> tuple[str, str] | None:
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == "refs" and parts[2].endswith(".pt"):
+        return parts[1], parts[2][:-3]
+    return None
+
+
+def known_entries(store: Store, sources: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Manifest entries, plus objects that no manifest lists (e.g. a folder made by other tools)."""
+    found = dict(manifest.entries(store))
+    for info in store.list("refs/"):
+        so = _source_op(info.key)
+        if so and f"{so[0]}/{so[1]}" not in found:
+            found[f"{so[0]}/{so[1]}"] = {"source": so[0], "op_name": so[1], "key": info.key, "success": True,
+                                         "sha256": info.sha256, "size_bytes": info.size, "unlisted": True}
+    return {k: found[k] for k in natural_sorted(found) if not sources or found[k]["source"] in sources}
+
+
+def inventory(store: Store, sources: list[str] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for name, entry in known_entries(store, sources).items():
+        info = store.head(entry["key"]) if entry.get("key") else None
+        if not entry.get("success"):
+            status = "failed"
+        elif info is None:
+            status = "missing"
+        elif entry.get("unlisted"):
+            status = "unlisted"
+        else:
+            status = "ok"
+        rows.append({"name": name, "source": entry["source"], "op": entry["op_name"], "status": status,
+                     "size_bytes": info.size if info else entry.get("size_bytes"), "sha256": entry.get("sha256"),
+                     "created_at": entry.get("created_at"), "device": entry.get("device"),
+                     "error": entry.get("error")})
+    return rows
+
+
+def verify(store: Store, sources: list[str] | None = None,
+           on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """Stream every stored .pt and check it against the manifest and its own metadata."""
+    rows = []
+    for name, entry in known_entries(store, sources).items():
+        if not entry.get("success"):
+            continue
+        row = {"name": name, "source": entry["source"], "op": entry["op_name"], "key": entry["key"]}
+        try:
+            sha = store.verify(entry["key"])
+            expected = entry.get("sha256")
+            if expected and sha != expected:
+                row.update(status="corrupt", error=f"sha256 {sha[:12]}... != manifest {expected[:12]}...")
+            else:
+                row.update(status="ok", sha256=sha)
+        except IntegrityError as exc:
+            row.update(status="corrupt", error=str(exc))
+        except StorageError as exc:
+            row.update(status="missing" if store.head(entry["key"]) is None else "error", error=str(exc))
+        rows.append(row)
+        if on_done:
+            on_done(row)
+    return rows
+
+
+def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
+              on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """Copy every good .pt from src to dst; objects already there with the same sha256 are skipped.
+
+    Each object is checked before it is written (sha256, then loaded as reference data:
+    weights_only, every key present), so a truncated or foreign file is refused and never
+    replaces what dst holds."""
+    rows, copied = [], []
+    with tempfile.TemporaryDirectory(prefix="farm-copy-") as tmp:
+        for name, entry in known_entries(src, sources).items():
+            if not entry.get("success"):
+                continue
+            row = {"name": name, "source": entry["source"], "op": entry["op_name"]}
+            try:
+                found, metadata = _copy_one(src, dst, entry, Path(tmp))
+                row.update(found)
+                if found["status"] == "copied":
+                    copied.append(_clean({**entry, **metadata, "key": manifest.ref_key(entry["source"], entry["op_name"]),
+                                          "sha256": row["sha256"], "size_bytes": row["size_bytes"]}))
+                row["seed_sets"] = _copy_seed_sets(src, dst, entry, Path(tmp))
+            except IntegrityError as exc:
+                row.update(status="corrupt", error=str(exc))
+            except FarmError as exc:  # not reference data: refused, dst keeps what it had
+                row.update(status="refused", error=str(exc))
+            rows.append(row)
+            if on_done:
+                on_done(row)
+        if copied:
+            manifest.record(dst, copied)
+    return rows
+
+
+def _copy_seed_sets(src: Store, dst: Store, entry: dict, tmp: Path) -> str:
+    """A reference-data-mode op's secret seed sets go with its .pt between stores; a plain
+    folder (the existing tools' layout) neither holds nor receives them."""
+    key = entry.get("seed_sets_key")
+    if not key:
+        return "-"
+    try:
+        if src.head(key) is None:
+            return "not in source"
+    except StorageError:
+        return "not in source (a plain folder holds none)"
+    try:
+        dst.head(key)
+    except StorageError:
+        return "left in source (destination is a plain folder)"
+    local = tmp / "seed_sets.pt"
+    info = src.get_file(key, local)
+    dst.put_file(key, local, sha256=info.sha256)
+    local.unlink(missing_ok=True)
+    return "copied"
+
+
+def _clean(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k != "unlisted"}
+
+
+def _copy_one(src: Store, dst: Store, entry: dict, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    key = manifest.ref_key(entry["source"], entry["op_name"])
+    there = dst.head(key)
+    if there is not None and entry.get("sha256") and there.sha256 == entry["sha256"]:
+        return {"status": "up to date", "sha256": there.sha256, "size_bytes": there.size}, {}
+    local = tmp / f"{entry['source']}__{entry['op_name']}.pt"
+    info = src.get_file(entry["key"], local)  # verified against the source's own record
+    if entry.get("sha256") and info.sha256 != entry["sha256"]:
+        raise IntegrityError(f"{src.url}/{entry['key']}: sha256 does not match the manifest")
+    try:
+        metadata = pt_metadata(load_pt(local))
+    except FarmError as exc:
+        raise FarmError(f"{src.url}/{entry['key']}: {str(exc).split(': ', 1)[-1]}") from None
+    stored = dst.put_file(key, local, sha256=info.sha256)
+    local.unlink(missing_ok=True)
+    return {"status": "copied", "sha256": stored.sha256, "size_bytes": stored.size}, metadata
+
+
+# What a .pt says about itself (the extras generate_reference writes), for its manifest entry.
+PT_METADATA = ("seed", "shapes", "task_sha256", "device", "device_name", "reference_time_s")
+
+
+def pt_metadata(data: dict) -> dict[str, Any]:
+    return {k: data[k] for k in PT_METADATA if k in data}
+
+
+def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """Rebuild refs/manifest.json from the stored objects (farm cache repair).
+
+    Every refs/<source>/<op>.pt is read (sha256 against its record) and loaded as reference
+    data; a good one gets an entry with its sha256 and the metadata it carries, a bad one a
+    failed entry (so `farm reference` regenerates it; the object itself is left in place).
+    Entries of the old manifest are kept where it is still readable and agrees."""
+    try:
+        old = manifest.entries(store)
+    except IntegrityError:
+        old = {}
+    rows, new = [], []
+    with tempfile.TemporaryDirectory(prefix="farm-repair-") as tmp:
+        for info in store.list("refs/"):
+            so = _source_op(info.key)
+            if not so:
+                continue
+            source, op = so
+            name = f"{source}/{op}"
+            row = {"name": name, "source": source, "op": op, "key": info.key, "size_bytes": info.size}
+            entry = {"source": source, "op_name": op, "key": info.key, "created_at": manifest.now()}
+            try:
+                got = store.get_file(info.key, Path(tmp) / "ref.pt")
+                metadata = pt_metadata(load_pt(Path(tmp) / "ref.pt"))
+            except FarmError as exc:
+                fix = f"farm reference --source {source} --ops {op} --force"
+                row.update(status="corrupt", error=f"{exc}; regenerate it with `{fix}`")
+                entry.update(success=False, stage="stored", error=row["error"])
+            else:
+                previous = old.get(name, {})
+                kept = previous if previous.get("sha256") == got.sha256 else {}
+                entry.update({**kept, **metadata, "success": True, "stage": "done", "error": None,
+                              "sha256": got.sha256, "size_bytes": got.size})
+                row.update(status="ok", sha256=got.sha256)
+            new.append(entry)
+            rows.append(row)
+            if on_done:
+                on_done(row)
+    manifest.replace(store, new)
+    return rows

@@ -1,0 +1,55 @@
+"""Report: a run in the store as a static page to look at (docs/report.md).
+
+Takes what a run left in the store (run.json or ledger.json, each op's report.json,
+state.json, status.json and candidates); gives index.html with SVG plots and per-op kernel
+pages (`write_report`), and a copy of it in the store at runs/<run>/report/ (`publish`).
+collect gathers the numbers, figures draws them (matplotlib: the optional extra `report`),
+page writes the HTML.
+
+May import: every stage below it (farm.export and lower).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from farm.report import collect, figures, page
+from farm.storage import Store
+
+STORE_FOLDER = "report"
+
+
+def write_report(store: Store, run: str, out: Path) -> Path:
+    """Write OUT/index.html and its files for `run`; returns the page's path."""
+    figures.pyplot()  # the install hint before any work
+    view = collect.load_run(store, run)
+    out.mkdir(parents=True, exist_ok=True)
+    if page.GENERATOR in _read(out / "index.html"):  # an earlier report here: drop its plots and kernels
+        for stale in ("plots", "ops"):
+            shutil.rmtree(out / stale, ignore_errors=True)
+    plots = figures.draw_all(view, out / "plots")
+    links = page.write_kernel_pages(store, view, out)
+    (out / "report.css").write_text(page.CSS)
+    index = out / "index.html"
+    index.write_text(page.index_html(view, plots, links))
+    return index
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def store_prefix(run: str) -> str:
+    return f"runs/{run}/{STORE_FOLDER}"
+
+
+def publish(store: Store, run: str, folder: Path) -> str:
+    """Copy a written report into the store (runs/<run>/report/...); returns the page's key."""
+    prefix = store_prefix(run)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        store.put_file(f"{prefix}/{path.relative_to(folder).as_posix()}", path)
+    return f"{prefix}/index.html"

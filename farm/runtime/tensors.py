@@ -1,0 +1,96 @@
+"""Trees of forward values (tensors, lists of tensors, plain Python values): seeding,
+moving, cloning, describing. Shared by ops check, reference generation and the evaluator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def seed_all(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)  # also seeds every CUDA/NPU device
+
+
+def to_device(values: list, device: str) -> list:
+    import torch
+
+    def move(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        if isinstance(v, (list, tuple)):
+            return type(v)(move(x) for x in v)
+        return v
+
+    return [move(v) for v in values]
+
+
+def clone_values(values: list) -> list:
+    import torch
+
+    def cp(v):
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        if isinstance(v, (list, tuple)):
+            return type(v)(cp(x) for x in v)
+        return v
+
+    return [cp(v) for v in values]
+
+
+def describe_values(values: list) -> tuple[list, list]:
+    """(shapes, dtypes) as the .pt and the tables show them; None for non-tensors."""
+    import torch
+
+    shapes, dtypes = [], []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            shapes.append(list(v.shape))
+            dtypes.append(str(v.dtype))
+        else:
+            shapes.append(None)
+            dtypes.append(None)
+    return shapes, dtypes
+
+
+def same_values(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        if torch.equal(a, b):
+            return True
+        # NaN where both have NaN is the same value (torch.empty buffers filled with NaN)
+        return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def to_cpu(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Bitwise-identical trees, NaN equal to NaN (a second run must reproduce NaNs too)."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        if a.is_floating_point() or a.is_complex():
+            both_nan = torch.isnan(a) & torch.isnan(b)
+            return bool(((a == b) | both_nan).all())
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return type(a) is type(b) and a == b

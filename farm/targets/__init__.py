@@ -1,0 +1,160 @@
+"""Targets: the kinds of device the farm runs kernels on, as plug-ins.
+
+Built in: cuda, ascend, cpu (farm.targets.builtin). Another installed package adds one by
+exposing a `farm.targets.base.Target` under the entry-point group `farm.targets`, the way
+Triton takes third-party backends; `farm run --target NAME` then runs the whole flow on it
+(docs/architecture.md, "adding a target").
+
+The parent process (CLI, worker supervisor) never initialises a device: it only resolves a
+`DeviceSpec` and hands the child the environment that pins it. Device work happens in
+children (farm.runtime.isolation).
+
+May import: farm.errors only (it is the lowest stage after the shared modules).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from farm.errors import FarmError
+from farm.targets.base import Target
+from farm.targets.builtin import BUILTIN
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "farm.targets"
+ALIASES = {"npu": "ascend"}  # torch's device name for the Ascend target
+
+__all__ = ["Target", "DeviceSpec", "available", "get_target", "accelerator_present", "resolve_device",
+           "usable_device", "import_device_runtime", "synchronize", "device_name", "has_device", "on_this_host"]
+
+
+@lru_cache(maxsize=1)
+def available() -> dict[str, Target]:
+    """Every target: the built-in ones, then those installed packages register."""
+    found = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in found:
+            continue  # a plug-in never replaces a built-in target
+        try:
+            target = ep.load()
+        except Exception as exc:  # noqa: BLE001 -- one broken plug-in must not take the farm down
+            log.warning("target plug-in %s (%s) cannot be loaded: %s", ep.name, ep.value, exc)
+            continue
+        if not isinstance(target, Target) or target.name != ep.name:
+            log.warning("target plug-in %s (%s) is not a farm.targets.Target named %s", ep.name, ep.value, ep.name)
+            continue
+        found[ep.name] = target
+    return found
+
+
+def get_target(name: str, option: str = "--target") -> Target:
+    name = ALIASES.get(name, name)
+    targets = available()
+    if name not in targets:
+        raise FarmError(f"unknown target '{name}' ({option}): use {', '.join(targets)}")
+    return targets[name]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    target: Target
+    index: int | None  # physical index to pin; None for a target with no device to pin (cpu)
+
+    @property
+    def label(self) -> str:
+        if self.index is None:
+            return self.target.label or self.target.name
+        return f"{self.target.name}:{self.index}"
+
+    @property
+    def torch_device(self) -> str:
+        """Inside the pinned child the device is always index 0."""
+        return self.target.torch_device if self.index is None else f"{self.target.torch_device}:0"
+
+    def child_env(self) -> dict[str, str]:
+        return self.target.pin_env(self.index)
+
+
+def accelerator_present() -> str | None:
+    """Which accelerator this host has, judged from device nodes: never initialises a runtime."""
+    for target in available().values():
+        if any(glob.glob(pattern) for pattern in target.device_nodes):
+            return target.name
+    if os.environ.get("NVIDIA_VISIBLE_DEVICES") not in (None, "", "void", "none"):
+        return "cuda"
+    return None
+
+
+def usable_device(text: str | int | None, default_target: str = "auto", option: str = "--device",
+                  notify=None) -> DeviceSpec:
+    """resolve_device for work in this process and its children, on this host (on_this_host:
+    a stand-in where one exists); a target the installed packages cannot run (a CPU-only torch
+    asked for cuda) is an error now, not one per op."""
+    spec = on_this_host(resolve_device(text, default_target, option), notify)
+    why = spec.target.unusable()
+    if why:
+        raise FarmError(f"target {spec.target.name} ({option} {text}): {why}")
+    return spec
+
+
+def resolve_device(text: str | int | None, default_target: str = "auto", option: str = "--device") -> DeviceSpec:
+    """Parse --device: 'cpu', 'cuda', 'cuda:1', 'npu:0', 'ascend:2', a plug-in's name, 'auto', or a bare index."""
+    raw = "auto" if text in (None, "") else str(text).strip().lower()
+    name, _, idx = raw.partition(":")
+    if name.isdigit() and not idx:
+        name, idx = default_target, name
+    name = ALIASES.get(name, name)
+    if name == "auto":
+        name = accelerator_present() or "cpu"
+    targets = available()
+    if name not in targets:
+        raise FarmError(f"unknown device '{text}' ({option}): use {', '.join(f'{t}[:N]' for t in targets)}, "
+                        "auto, or N")
+    target = targets[name]
+    if idx == "cpu" and target.stand_in is not None:  # e.g. ascend:cpu, the stand-in asked for by name
+        return DeviceSpec(target.stand_in, None)
+    if target.visible_env is None:
+        if idx:
+            raise FarmError(f"target {name} has no devices to number: '{text}' ({option}) takes no index")
+        return DeviceSpec(target, None)
+    if idx and not idx.isdigit():
+        raise FarmError(f"device index in '{text}' ({option}) must be a number >= 0")
+    return DeviceSpec(target, int(idx) if idx else 0)
+
+
+def has_device(target: Target) -> bool:
+    return any(glob.glob(pattern) for pattern in target.device_nodes)
+
+
+def on_this_host(spec: DeviceSpec, notify=None) -> DeviceSpec:
+    """The spec to use here: a target with a stand-in (ascend) whose device this host lacks
+    runs as that stand-in, and `notify` is told so (never silently)."""
+    stand_in = spec.target.stand_in
+    if stand_in is None or has_device(spec.target):
+        return spec
+    if notify is not None:
+        notify(f"no {spec.target.name} device on this host: running as {stand_in.label} "
+               f"({stand_in.device_name()}; kernels compiled by the target's frontend check where it is configured)")
+    return DeviceSpec(stand_in, None)
+
+
+def import_device_runtime(spec: DeviceSpec) -> None:
+    """In a child: load what the device needs (torch_npu registers the 'npu' device) and name
+    the target's Triton driver (Triton refuses to guess between two active ones)."""
+    spec.target.import_runtime()
+    spec.target.choose_triton_driver()
+
+
+def synchronize(spec: DeviceSpec) -> None:
+    spec.target.synchronize()
+
+
+def device_name(spec: DeviceSpec) -> str:
+    """Human name of the pinned device; call only inside the child."""
+    return spec.target.device_name()

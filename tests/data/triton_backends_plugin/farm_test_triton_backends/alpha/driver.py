@@ -1,0 +1,3 @@
+from farm_test_triton_backends.common import driver_class
+
+AlphaDriver = driver_class("farmtest_alpha")

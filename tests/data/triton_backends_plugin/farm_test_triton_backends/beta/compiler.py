@@ -1,0 +1,3 @@
+from farm_test_triton_backends.common import backend_class
+
+BetaBackend = backend_class("farmtest_beta")

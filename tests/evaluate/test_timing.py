@@ -1,0 +1,59 @@
+"""Timing: what can be checked without an accelerator (Ascend included)."""
+
+import pytest
+
+from farm.errors import FarmError
+from farm.evaluate import timing
+from farm.targets import available, resolve_device
+
+
+def test_measure_on_cpu_reports_statistics_and_stops_on_rse():
+    import time
+
+    timer = timing.DeviceTimer(resolve_device("cpu"))
+    stats = timing.measure(lambda: time.sleep(0.002), timer, warmup_ms=5, budget_ms=2000, min_reps=5, rse_target=0.05)
+    assert 1.5 < stats.median_ms < 20 and stats.min_ms <= stats.median_ms
+    assert stats.reps >= 5 and stats.stop_reason in ("rse_target", "time_budget")
+    assert stats.method == "host_clock" and stats.host_median_ms >= stats.min_ms * 0.5
+
+
+def test_measure_stops_on_budget_for_noisy_calls():
+    import itertools
+    import time
+
+    delays = itertools.cycle([0.0, 0.004])
+    timer = timing.DeviceTimer(resolve_device("cpu"))
+    stats = timing.measure(lambda: time.sleep(next(delays)), timer, warmup_ms=0, budget_ms=50, min_reps=4,
+                           rse_target=1e-6)
+    assert stats.stop_reason == "time_budget" and stats.std_ms > 0
+
+
+def test_npu_profiler_csv_is_read_in_microseconds():
+    csv_text = (
+        "Device_id,OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),Max Time(us),Ratio(%)\n"
+        "0,farm_flush_kernel,AI_VECTOR_CORE,50,4000.0,80,80,80,40\n"
+        "0,_row_sum_kernel,AI_VECTOR_CORE,50,1000.0,20,20,20,10\n"
+        "0,_helper_kernel,AI_VECTOR_CORE,100,500.0,5,5,5,5\n"
+        "0,warmup_only,AI_VECTOR_CORE,1,9999.0,9999,9999,9999,45\n"
+    )
+    # (1000 + 500) us over 50 calls = 30 us = 0.03 ms; the flush and the one-off op are left out
+    assert timing.parse_op_statistic(csv_text, active=50) == pytest.approx(0.03)
+
+
+@pytest.mark.parametrize("mode", ["write", "clean"])
+def test_flush_writes_its_buffer_as_do_bench_or_reads_it_to_leave_the_cache_clean(mode):
+    """The calls the GPU timer makes, on CPU tensors."""
+    import dataclasses
+
+    from farm.targets import DeviceSpec
+
+    backend = dataclasses.replace(available()["cuda"], torch_device="cpu", flush_bytes=4096)
+    timer = timing.DeviceTimer(DeviceSpec(backend, None), flush=mode)
+    timer.flush_buf.fill_(1)
+    timer.flush()
+    if mode == "clean":
+        assert int(timer._flush_sum) == 4096 and int(timer.flush_buf.sum()) == 4096  # read, not written
+    else:
+        assert int(timer.flush_buf.abs().sum()) == 0
+    with pytest.raises(FarmError, match="--flush"):
+        timing.DeviceTimer(DeviceSpec(backend, None), flush="fast")

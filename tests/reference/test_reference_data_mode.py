@@ -1,0 +1,210 @@
+"""Reference-data mode end to end on the CPU: a Triton task whose comparison class needs vLLM.
+`farm reference --output-dir` writes exactly the existing tools' layout and keeps secret seed
+sets in the store; search and fetch pass kernels verified on them; a candidate that memorised
+the public outputs is caught."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from farm.corpus.tasks import ref_from_file
+from farm.errors import FarmError
+from farm.evaluate.evaluator import Evaluator
+from farm.evaluate.sandbox import Limits
+from farm.reference import seedsets
+from farm.reference.generate import PT_KEYS, load_pt
+from farm.storage import open_store
+from farm.targets import resolve_device
+from tests.conftest import write_task
+from tests.corpus import akg_style
+
+CPU = resolve_device("cpu")
+LIMITS = Limits(start_s=60, compile_s=30, run_s=20, time_s=60, host_memory_mb=4096, log_mb=16)
+
+HONEST = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _k[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+        return y
+'''
+
+# Copies the outputs of the public .pt with a real Triton kernel: right on the .pt, wrong elsewhere.
+MEMORISED = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+KNOWN = {known!r}
+
+
+@triton.jit
+def _copy(src_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        src = torch.tensor(KNOWN, dtype=x.dtype, device=x.device)
+        y = torch.empty_like(x)
+        _copy[(triton.cdiv(x.numel(), 64),)](src, y, x.numel(), BLOCK=64)
+        return y
+'''
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One reference run for the module: task, --output-dir folder, store."""
+    tmp = tmp_path_factory.mktemp("refdata")
+    task = write_task(tmp / "tasks", "twice_vllm", akg_style.VLLM_CLASS)
+    out, store_dir = tmp / "cache", tmp / "store"
+    from typer.testing import CliRunner
+
+    from farm.cli.main import app
+
+    env = {"FARM_STORE": f"file://{store_dir}", "FARM_CACHE_DIR": str(tmp / "trials"),
+           "FARM_CONFIG": str(_config(tmp, task.parent))}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        res = CliRunner().invoke(app, ["reference", "--device", "cpu", "--source", "akgish", "--ops", "twice_vllm",
+                                       "--output-dir", str(out), "--json"], catch_exceptions=False)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert res.exit_code == 0, res.output
+    return {"task": task, "out": out, "store": store_dir, "result": json.loads(res.stdout)["results"][0]}
+
+
+def _config(tmp: Path, folder: Path) -> Path:
+    cfg = tmp / "farm.yaml"
+    cfg.write_text(f"corpus:\n  sources:\n    akgish: {folder}\n")
+    return cfg
+
+
+def test_output_dir_holds_exactly_the_tool_chains_layout(made):
+    files = sorted(p.relative_to(made["out"]).as_posix() for p in made["out"].rglob("*"))
+    assert files == ["akgish", "akgish/twice_vllm.pt", "manifest.json"]
+    data = torch.load(made["out"] / "akgish" / "twice_vllm.pt", weights_only=True)
+    assert set(PT_KEYS) <= set(data) and data["mode"] == "reference-data" and data["reference_class"] is None
+    assert "sets" not in data and data[seedsets.POINTER]["count"] == 4  # the secrets are not in the .pt
+    assert made["result"]["mode"] == "reference-data" and made["result"]["seed_sets"] == 4
+    manifest = json.loads((made["out"] / "manifest.json").read_text())
+    assert manifest["entries"]["akgish/twice_vllm"]["seed_sets_key"] == "secrets/akgish/twice_vllm.pt"
+
+
+def test_secret_sets_live_in_the_store_from_other_seeds(made):
+    store = open_store(f"file://{made['store']}")
+    data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
+    sets = seedsets.load_sets(store, data)
+    assert len(sets) == 4
+    for inputs, outputs in sets:
+        assert not torch.equal(inputs[0], data["inputs"][0])
+        torch.testing.assert_close(outputs[0], inputs[0] * 2.0 + 1.0)  # the Model's answer on them
+
+
+def _evaluator(made, data=None):
+    store = open_store(f"file://{made['store']}")
+    data = data or seedsets.attach(store, load_pt(made["out"] / "akgish" / "twice_vllm.pt"))
+    return Evaluator(ref_from_file(made["task"], "akgish"), data, CPU)
+
+
+def test_honest_kernel_passes_verified_on_the_stored_seed_sets(made):
+    with _evaluator(made) as ev:
+        ev.settings.limits = LIMITS
+        result = ev.evaluate(HONEST)
+    assert result.passed, result.reason
+    assert result.verified["by"] == "seed_sets" and result.verified["sets"] == 4 and result.verified["checked"] == 2
+    assert result.baseline.get("reference_error", "").startswith("no Reference")
+
+
+def test_memorised_public_outputs_are_caught(made):
+    data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
+    known = data["outputs"][0].tolist()
+    with _evaluator(made) as ev:
+        ev.settings.limits = LIMITS
+        copied = ev.evaluate(MEMORISED.format(known=known))
+        assert copied.verdict == "cheat" and "same outputs for different inputs" in copied.reason
+
+
+def test_memorised_outputs_that_never_compute_fail_on_the_first_seed_set(made):
+    data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
+    wrong = MEMORISED.replace("src = torch.tensor(KNOWN, dtype=x.dtype, device=x.device)",
+                              "src = torch.tensor(KNOWN, dtype=x.dtype, device=x.device) + 0 * x.sum()")
+    with _evaluator(made) as ev:
+        ev.settings.limits = LIMITS
+        result = ev.evaluate(wrong.format(known=data["outputs"][0].tolist()))
+    assert not result.passed and result.verdict in ("cheat", "mismatch")
+
+
+def test_reference_data_without_secret_sets_is_refused(made):
+    data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
+    del data[seedsets.POINTER]
+    with pytest.raises(FarmError, match="reference-data mode .* without secret seed sets"):
+        _evaluator(made, data)
+
+
+def test_search_and_fetch_with_the_tool_chains_file_options(made, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("FARM_STORE", f"file://{made['store']}")
+    res = cli("search", "--ref-pt", made["out"] / "akgish" / "twice_vllm.pt", "--benchmark-file", made["task"],
+              "--source", "akgish", "--target", "cpu", "--max-tasks", "2", "--generators", "tune", "--run", "rd",
+              "--json")
+    assert res.exit_code == 0, res.output
+    [row] = json.loads(res.stdout)["ops"]
+    assert row["status"] == "succeeded"
+    report = json.loads((made["store"] / "runs" / "rd" / "akgish" / "twice_vllm" / "report.json").read_text())
+    assert report["verified"]["by"] == "seed_sets" and report["verified"]["sets"] == 4
+    best = json.loads((made["store"] / "kernels" / "cpu" / "akgish" / "twice_vllm" / "best.json").read_text())
+    assert best["verified"]["by"] == "seed_sets"
+    fetched = cli("fetch", "--out", tmp_path / "k", "--json")
+    assert fetched.exit_code == 0, fetched.output
+    text = (tmp_path / "k" / "cpu" / "akgish" / "twice_vllm.py").read_text()
+    assert "secret seed sets of the original Model" in text
+
+
+def test_cache_copies_carry_the_secret_sets_between_stores_never_into_folders(made, tmp_path):
+    from farm.reference.refcache import copy_refs
+    from farm.storage import open_folder
+
+    # the store that made them lists the op in its manifest only when it also holds the .pt:
+    # push the --output-dir folder's .pt into the store first, as `farm cache push` would
+    store = open_store(f"file://{made['store']}")
+    copy_refs(open_folder(made["out"]), store)
+    other = open_store(f"file://{tmp_path / 'other'}")
+    [row] = copy_refs(store, other)
+    assert row["seed_sets"] == "copied" and other.head("secrets/akgish/twice_vllm.pt") is not None
+    [row] = copy_refs(store, open_folder(tmp_path / "folder"))
+    assert row["seed_sets"].startswith("left in source")
+    assert not (tmp_path / "folder" / "secrets").exists()
+
+
+def test_farm_eval_says_how_it_verified(made, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("FARM_STORE", f"file://{made['store']}")
+    candidate = tmp_path / "honest.py"
+    candidate.write_text(HONEST)
+    res = cli("eval", "--candidate", candidate, "--benchmark-file", made["task"],
+              "--ref-pt", made["out"] / "akgish" / "twice_vllm.pt", "--target", "cpu", "--json")
+    assert res.exit_code == 0, res.output
+    verified = json.loads(res.stdout)["verified"]
+    assert verified["by"] == "seed_sets" and verified["sets"] == 4
+    text = cli("eval", "--candidate", candidate, "--task", made["task"],
+               "--ref-pt", made["out"] / "akgish" / "twice_vllm.pt", "--target", "cpu").stdout
+    assert "stored secret seed sets" in text

@@ -1,0 +1,71 @@
+"""Targets: resolution, pinning and plug-ins, checked without an accelerator (Ascend included)."""
+
+import pytest
+
+from farm.errors import FarmError
+from farm.targets import available, resolve_device
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("text, label, torch_dev, env", [
+    ("cpu", "cpu", "cpu", {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}),
+    ("cuda:3", "cuda:3", "cuda:0", {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                   "TRITON_DEFAULT_BACKEND": "nvidia"}),
+    ("npu:2", "ascend:2", "npu:0", {"ASCEND_RT_VISIBLE_DEVICES": "2", "TRITON_DEFAULT_BACKEND": "ascend"}),
+    ("ascend", "ascend:0", "npu:0", {"ASCEND_RT_VISIBLE_DEVICES": "0", "TRITON_DEFAULT_BACKEND": "ascend"}),
+    ("5", "cuda:5", "cuda:0", {"CUDA_VISIBLE_DEVICES": "5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                             "TRITON_DEFAULT_BACKEND": "nvidia"}),
+])
+def test_device_resolution_pins_one_device_per_process(text, label, torch_dev, env):
+    spec = resolve_device(text, default_target="cuda")
+    assert spec.label == label and spec.torch_device == torch_dev
+    assert spec.child_env() == env
+
+
+def test_auto_without_accelerator_is_cpu_and_bad_names_are_errors(monkeypatch):
+    monkeypatch.setattr("farm.targets.accelerator_present", lambda: None)
+    assert resolve_device("auto").target.name == "cpu"
+    with pytest.raises(FarmError, match="unknown device 'tpu:0'"):
+        resolve_device("tpu:0")
+    with pytest.raises(FarmError, match="must be a number"):
+        resolve_device("cuda:x")
+
+
+def test_flush_sizes_follow_the_design():
+    assert available()["cuda"].flush_bytes == 256 * 1024**2
+    assert available()["ascend"].flush_bytes == 192 * 1024**2
+    assert available()["ascend"].torch_device == "npu"
+
+
+def test_a_plugin_target_is_found_and_named_devices_resolve(plugin_target_path, monkeypatch):
+    import subprocess
+    import sys
+
+    code = ("from farm.targets import available, resolve_device; t = available()['interp']; "
+            "s = resolve_device('interp'); print(t.interpret, s.label, s.torch_device, sorted(s.child_env()))")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{plugin_target_path}:{REPO}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "interp", "cpu", "['CUDA_VISIBLE_DEVICES',", "'TRITON_INTERPRET']"]
+
+
+def test_a_plugin_target_runs_the_whole_flow_reference_to_fetch(plugin_target_path, tmp_path):
+    """`farm run --target interp` with the target installed from another package, then fetch."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": f"{plugin_target_path}:{REPO}", "HOME": str(tmp_path / "home")}
+    store = f"file://{tmp_path / 'store'}"
+    farm = [sys.executable, "-m", "farm"]
+    run = subprocess.run(farm + ["run", "--source", "demo", "--target", "interp", "--store", store,
+                                 "--max-tasks", "3", "--json"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "store" / "kernels" / "interp" / "demo" / "vector_add_scale" / "best.py").exists()
+    fetched = subprocess.run(farm + ["fetch", "--target", "interp", "--store", store,
+                                     "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert index["kernels"] and {k["target"] for k in index["kernels"]} == {"interp"}
