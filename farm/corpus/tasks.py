@@ -19,6 +19,7 @@ from typing import Any
 
 from farm.config import Settings
 from farm.corpus import metadata
+from farm.corpus.akg import AKG_CORPUS, akg_folders  # noqa: F401 - AKG_CORPUS: named here by tests and docs
 from farm.corpus.shapes import NoShapes, ShapePolicy, derive, measure, memory_limit_bytes
 from farm.errors import FarmError, InvalidName, TaskError
 
@@ -134,25 +135,8 @@ class Task:
 # ---------------------------------------------------------------- discovery
 
 
-AKG_FOLDERS = {"sglang": "sglang", "vllm_triton": "vllm/triton_ops", "vllm_torch": "vllm/torch_ops"}
-AKG_CORPUS = "benchmark/akg_kernels_bench/thirdparty"
-
-
-def akg_folders(root: str | Path) -> dict[str, Path]:
-    """The three task folders of an AKG checkout, by farm source name. `root` may be the
-    checkout, its akg_agents/ folder, or the thirdparty/ folder itself. sglang/class_method/
-    is not a source: its files are methods of allocator classes, not standalone tasks (AKG's
-    own reference generator skips it too), and only top-level files of a folder are tasks."""
-    root = Path(root).expanduser()
-    for base in (root, root / AKG_CORPUS, root / "akg_agents" / AKG_CORPUS):
-        if all((base / sub).is_dir() for sub in AKG_FOLDERS.values()):
-            return {name: base / sub for name, sub in AKG_FOLDERS.items()}
-    raise FarmError(f"corpus.akg_root: {root} is not an AKG checkout (no {AKG_CORPUS}/"
-                    f"{{{','.join(AKG_FOLDERS.values())}}} under it)")
-
-
 def discover_sources_with_origin(settings: Settings) -> dict[str, tuple[Path, str]]:
-    """Every folder under tasks/, then corpus.akg_root's three folders, then corpus.sources.
+    """Every folder under tasks/, then corpus.akg_root's task folders, then corpus.sources.
     A later layer replaces a source of the same name as a whole (docs/corpus.md): tasks of
     one source never mix files of two corpora."""
     found: dict[str, tuple[Path, str]] = {}

@@ -7,7 +7,7 @@ import pytest
 
 from farm.cli.main import split_ops
 from farm.config import load_settings
-from farm.corpus import modes, opcheck
+from farm.corpus import akg, modes, opcheck
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from tests.conftest import write_task
@@ -84,6 +84,28 @@ def test_config_sources_replace_an_akg_source_of_the_same_name(tmp_path, akg_con
     settings, _ = load_settings(str(cfg))
     refs = corpus.find_tasks(settings, ["sglang"])
     assert [(r.op, r.origin) for r in refs] == [("only_mine", "config")]
+
+
+def test_every_task_folder_of_a_newer_akg_release_is_a_source(tmp_path):
+    """AKG adds folders between releases (attention_kernels/, pytorch/group_N/): each folder of
+    task files under thirdparty/ is a source named by its path, whatever the depth; the three
+    original folders keep their names, and the thirdparty/ folder itself is a valid root."""
+    root = akg_checkout(tmp_path)
+    base = root / "akg_agents" / corpus.AKG_CORPUS
+    write_task(base / "attention_kernels", "decode_twice", akg_style.VLLM_CLASS)
+    write_task(base / "pytorch" / "group_1", "01_Twice", akg_style.PURE_SGLANG)
+    write_task(base / "pytorch" / "group_2", "01_Twice", akg_style.PURE_SGLANG)  # same op name, other source
+    (base / "pytorch" / "group_2" / "__init__.py").write_text("")
+    (base / "notes").mkdir()
+    (base / "notes" / "README.md").write_text("no tasks here")
+    expected = {"sglang", "vllm_triton", "vllm_torch", "attention_kernels", "pytorch_group_1", "pytorch_group_2"}
+    for given in (root, root / "akg_agents", base):
+        folders = akg.akg_folders(given)
+        assert set(folders) == expected, given  # not sglang_class_method, not notes, not pytorch
+        assert folders["pytorch_group_2"] == base / "pytorch" / "group_2"
+    settings, _ = load_settings(overrides={"corpus.akg_root": str(root)})
+    refs = corpus.find_tasks(settings, ["pytorch_group_1", "pytorch_group_2"])
+    assert [(r.source, r.op) for r in refs] == [("pytorch_group_1", "01_Twice"), ("pytorch_group_2", "01_Twice")]
 
 
 def test_akg_root_that_is_not_a_checkout_is_a_clear_error(tmp_path):
