@@ -23,7 +23,7 @@ from farm.cli.common import (
 )
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
-from farm.reference.generate import generate_references
+from farm.reference.generate import generate_references, reference_jobs
 from farm.storage import open_folder, open_store
 from farm.targets import usable_device
 
@@ -42,10 +42,12 @@ def reference(
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [reference.timeout_s].")] = None,
     shapes: Annotated[str, typer.Option(help="bench, small, or auto (small on cpu, bench on an accelerator).")] = "auto",
     force: Annotated[bool, typer.Option("--force", help="Regenerate ops whose stored .pt is current.")] = False,
+    jobs: Annotated[Optional[int], typer.Option(
+        help="Ops at once, each in its own child on the device; 0: automatic [reference.jobs].")] = None,
     as_json: bool = JsonOption,
 ) -> None:
     """Run each task's original Model and store its inputs and outputs; exit 1 if any op failed."""
-    s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store})
+    s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store, "reference.jobs": jobs})
     target = open_folder(output_dir) if output_dir else open_store(s.store, s)
     # the folder is the existing tools' layout and is handed around: secret seed sets stay in the store
     secret_store = open_store(s.store, s) if output_dir else target
@@ -60,7 +62,7 @@ def reference(
         results = generate_references(
             refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
             on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"),
-            seed_sets=s.reference.seed_sets, secret_store=secret_store)
+            seed_sets=s.reference.seed_sets, secret_store=secret_store, jobs=reference_jobs(s.reference.jobs, spec))
     if as_json:
         print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
     else:

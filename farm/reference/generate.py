@@ -9,8 +9,11 @@ one child per op, stores the .pt files and merges the manifest.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
@@ -254,22 +257,40 @@ def generate_references(
     on_done: Callable[[dict], None] | None = None,
     seed_sets: int = 4,
     secret_store: Store | None = None,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
     """Every op is tried; failures are recorded with their stage and the batch goes on.
-    `secret_store` holds the secret seed sets where `store` is a plain folder (--output-dir)."""
+    `secret_store` holds the secret seed sets where `store` is a plain folder (--output-dir).
+    `jobs` ops run at once, each in its own child on the same device: a reference run is
+    mostly interpreter start, imports and input drawing on the host, not device time, and
+    nothing in it is timed against another op (reference_time_s is informative only)."""
     known = manifest.entries(store)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="farm-ref-") as staging:
-        for ref in refs:
-            previous = known.get(f"{ref.source}/{ref.op}")
-            if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store):
-                result = {**previous, "skipped": True}
-            else:
-                result = generate_one(ref, store, spec, seed, shapes, timeout_s, Path(staging), seed_sets,
-                                      secret_store)
-                manifest.record(store, [result])
-                log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])
-            results.append(result)
+    record_lock = threading.Lock()  # the file store's lock is per process, not per thread
+
+    def one(ref: TaskRef, staging: Path) -> dict[str, Any]:
+        previous = known.get(f"{ref.source}/{ref.op}")
+        if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store):
+            return {**previous, "skipped": True}
+        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, secret_store)
+        with record_lock:
+            manifest.record(store, [result])
+        log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])
+        return result
+
+    with tempfile.TemporaryDirectory(prefix="farm-ref-") as staging, \
+            ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="reference") as pool:
+        futures = [pool.submit(one, ref, Path(staging)) for ref in refs]
+        for future in as_completed(futures):
             if on_done:
-                on_done(result)
-    return results
+                on_done(future.result())
+        return [f.result() for f in futures]  # in the order asked for, whatever order they finished in
+
+
+def reference_jobs(setting: int, spec: DeviceSpec) -> int:
+    """reference.jobs, where 0 means: one on an interpreting target (its ops fill the host's
+    cores themselves), else a quarter of the host's cores, at most 4."""
+    if setting > 0:
+        return setting
+    if spec.target.interpret:
+        return 1
+    return max(1, min(4, (os.cpu_count() or 1) // 4))

@@ -166,6 +166,38 @@ def test_concurrent_writers_all_land_in_the_manifest(tmp_path):
     assert doc["total"] == 8 and doc["success"] == 8
 
 
+def _slow_task(stamp_dir: Path, name: str) -> str:
+    """GOOD_TASK whose get_inputs waits 2 s and writes when it ran (in the reference child)."""
+    return GOOD_TASK.replace("def get_inputs():\n", f"""def get_inputs():
+    import time, os
+    start = time.time()
+    time.sleep(2.0)
+    with open(os.path.join({str(stamp_dir)!r}, "{name}-" + str(os.getpid())), "a") as f:
+        f.write(f"{{start}} {{time.time()}}\\n")
+""")
+
+
+def test_jobs_run_ops_at_once_and_every_result_lands_in_the_manifest(tmp_path):
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    folder = tmp_path / "tasks"
+    for i in range(4):
+        write_task(folder, f"slow{i}", _slow_task(stamps, f"slow{i}"))
+    store, results = run(tmp_path, folder, jobs=4, seed_sets=0)
+    assert [r["op_name"] for r in results] == ["slow0", "slow1", "slow2", "slow3"]  # asked-for order
+    assert all(r["success"] for r in results), [r["error"] for r in results]
+    assert set(manifest.entries(store)) == {f"mini/slow{i}" for i in range(4)}  # no lost update
+    spans = [(f.name.split("-")[0], *map(float, line.split()))
+             for f in stamps.iterdir() for line in f.read_text().splitlines()]
+    overlapping = {(a[0], b[0]) for a in spans for b in spans if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]}
+    assert overlapping, "with 4 jobs, get_inputs of different ops should run at the same time"
+
+
+def test_reference_jobs_option_is_checked(cli, task_dir):
+    result = cli("reference", "--device", "cpu", "--jobs", "-1")
+    assert result.exit_code != 0 and "reference.jobs" in result.output
+
+
 def test_runs_over_different_sources_merge(tmp_path, cli, task_dir):
     write_task(task_dir / "other", "scale3", GOOD_TASK)
     out = tmp_path / "refs_out"
