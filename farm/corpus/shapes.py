@@ -31,6 +31,7 @@ derive     For the `small` shape set of a file without SMALL_SHAPES (and without
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -118,7 +119,7 @@ def measure(module: types.ModuleType, cls: type) -> Footprint:
                    param_bytes=sum(_nbytes(t) for t in list(model.parameters()) + list(model.buffers())))
     try:
         counter = FlopCounterMode(display=False)
-        with torch.no_grad(), counter:
+        with torch.no_grad(), counter, no_kernel_launches():
             out = model(*inputs)
         fp.output_bytes = _nbytes(out)
         fp.flops = int(counter.get_total_flops())
@@ -126,6 +127,36 @@ def measure(module: types.ModuleType, cls: type) -> Footprint:
         fp.forward_ok = False
         fp.forward_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     return fp
+
+
+class KernelOnMeta(RuntimeError):
+    """A Triton kernel was about to be launched with meta tensors."""
+
+
+@contextlib.contextmanager
+def no_kernel_launches():
+    """Triton launches raise KernelOnMeta for the duration. A meta tensor's data_ptr() is 0:
+    on a GPU, Triton would launch the kernel on null pointers, and the illegal memory access
+    poisons the process's CUDA context, so every later call of the op fails (seen on an H100:
+    17 of 25 bundled ops failed reference generation). The forward of a Model that launches
+    Triton kernels is then recorded as not runnable on meta, like a data-dependent one."""
+    import sys
+
+    patched = []
+    for module, cls in (("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction")):
+        owner = getattr(sys.modules.get(module), cls, None)  # only if the task imported triton
+        if owner is not None and "run" in vars(owner):
+            patched.append((owner, vars(owner)["run"]))
+            owner.run = _refuse_launch
+    try:
+        yield
+    finally:
+        for owner, run in patched:
+            owner.run = run
+
+
+def _refuse_launch(self, *args, **kwargs):
+    raise KernelOnMeta(f"Triton kernel {getattr(self, '__name__', '?')} not launched on the meta device")
 
 
 def memory_limit_bytes(policy: ShapePolicy) -> int:

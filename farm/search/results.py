@@ -102,6 +102,17 @@ def confirmed_figures(summary: dict[str, Any], rec: Record) -> dict[str, Any]:
             "limit": rec.limit, "fraction_of_limit": (rec.limit or {}).get("fraction")}
 
 
+def confirmed_figures_of_report(report: dict[str, Any]) -> dict[str, Any]:
+    """confirmed_figures from a stored report.json (the best candidate's row in place of its record)."""
+    best = report.get("best") or {}
+    conf = report.get("confirmation") or {}
+    if conf.get("time_ms") is not None:
+        return {"time_ms": conf["time_ms"], "timing_mode": (conf.get("timing") or {}).get("mode", "?"),
+                "speedup_vs_model": (conf.get("model") or {}).get("ratio")}
+    return {"time_ms": best.get("time_ms"), "timing_mode": (best.get("timing") or {}).get("mode", "events"),
+            "speedup_vs_model": best.get("speedup_vs_model")}
+
+
 def _unseen(verified: dict) -> str:
     """How the kernel was checked on inputs it had never seen."""
     if verified.get("by") == "seed_sets":

@@ -181,3 +181,21 @@ def test_natural_order_of_op_names(tmp_path):
     s.corpus.sources = {"kb": str(folder)}
     assert [r.op for r in corpus.find_tasks(s, ["kb"])] == ["1_square", "2_standard", "10_mm", "100_HingeLoss",
                                                             "_private"]
+
+
+def test_the_meta_forward_never_launches_a_triton_kernel(tmp_path):
+    """A meta tensor's data_ptr() is 0: on a GPU the launch is an illegal memory access that
+    poisons the process's CUDA context (every Triton op then failed reference generation on an
+    H100). The guard's forward refuses the launch and records why; Triton works again after."""
+    from tests.conftest import GOOD_TASK
+    import torch
+    import triton.runtime.interpreter as interpreter
+    import triton.runtime.jit as jit
+
+    before = (vars(jit.JITFunction)["run"], vars(interpreter.InterpretedFunction)["run"])
+    task = corpus.load_task(_ref(tmp_path, GOOD_TASK, name="scale2", source="mini"), "bench")
+    fp = shapes_mod.measure(task.module, task.model_cls)
+    assert not fp.forward_ok and "not launched on the meta device" in fp.forward_error
+    assert (vars(jit.JITFunction)["run"], vars(interpreter.InterpretedFunction)["run"]) == before
+    x = torch.randn(100)
+    assert torch.equal(task.model_cls()(x), x * 2.0)  # launches work again outside the guard

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 19's bar on one GPU, one corpus per call: reference data, a time-boxed search, and the
+# independent re-timing (bench/retime.py, a fresh process) of every op that got a passing
+# kernel, promoted or not; then the table (bench/issue19_table.py).
+#
+#   OUT=dir bash bench/truth_gpu.sh bundled SEARCH_S
+#   OUT=dir bash bench/truth_gpu.sh akg SEARCH_S AKG_ROOT [REF_S]
+#
+# bundled: tasks/{demo,sglang,vllm_triton,vllm_torch}; akg: every source of corpus.akg_root
+# (farm/corpus/akg.py), AKG's files unchanged. The store lives in /tmp/truth-<corpus> so that a
+# later call on the same (warm) machine can re-time it again. Timing: the evaluator's default
+# (--timing-mode auto: a CUDA graph for ops whose original runs under 20 us, else events with a
+# 256 MB flush), and retime.py follows the mode each figure was taken in.
+set -uo pipefail
+corpus=${1:?bundled or akg}; search_s=${2:-300}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/truth-out}; mkdir -p "$OUT"
+store=file:///tmp/truth-$corpus; run=truth-$corpus
+start=$(date +%s)
+farm() { python3 -m farm "$@"; }
+if [ "$corpus" = akg ]; then
+  printf 'corpus:\n  akg_root: %s\n' "${3:?AKG checkout}" > /tmp/truth-akg.yaml
+  export FARM_CONFIG=/tmp/truth-akg.yaml
+  sources=$(farm ops list --json | python3 -c 'import json,sys; print(" ".join(sorted({r["source"] for r in json.load(sys.stdin) if r.get("origin") == "akg"})))')
+else
+  sources="demo sglang vllm_triton vllm_torch"
+fi
+src_args=$(for s in $sources; do printf -- "--source %s " "$s"; done)
+echo "corpus $corpus: sources $sources"
+timeout "${4:-600}" python3 -m farm reference $src_args --store "$store" --device 0 --jobs "${JOBS:-8}" --json \
+  > "$OUT/${corpus}_reference.json" 2> "$OUT/${corpus}_reference.err"
+echo "reference rc=$? at $(( $(date +%s) - start ))s"
+python3 - "$OUT/${corpus}_reference.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+ok = [r for r in rows if r.get("success")]
+print(f"reference: {len(ok)}/{len(rows)} ok; elapsed per op (s): median "
+      f"{sorted(r.get('elapsed_s') or 0 for r in rows)[len(rows) // 2]:.1f}")
+for r in rows:
+    if not r.get("success"):
+        print("  failed", r["source"], r["op_name"], r.get("stage"), (r.get("error") or "").splitlines()[-1:])
+EOF
+timeout "$search_s" python3 -m farm search $src_args --target cuda --max-tasks "${MAX_TASKS:-2}" --max-concurrent 1 \
+  --generators "${GENERATORS:-tune}" --store "$store" --run "$run" --json > "$OUT/${corpus}_search.json" 2> "$OUT/${corpus}_search.err"
+echo "search rc=$? at $(( $(date +%s) - start ))s"
+timeout "${RETIME_S:-240}" python3 bench/retime.py "$store" --target cuda --run "$run" --passing \
+  --json "$OUT/${corpus}_retime.json" ${RETIME_ARGS:-} 2>&1 | tee "$OUT/${corpus}_retime.log"
+echo "retime at $(( $(date +%s) - start ))s"
+python3 bench/issue19_table.py "$store" "$run" "$OUT/${corpus}_retime.json" > "$OUT/${corpus}_table.md" 2>&1
