@@ -16,6 +16,7 @@ from farm.cli import report_cmd
 from farm.cli.common import (
     FlushOpt,
     JsonOption,
+    TimingModeOpt,
     err,
     fmt_num,
     handle_errors,
@@ -82,6 +83,7 @@ def submit(
         help="Platform of the reference workers [cpu for target cpu, else cuda].")] = None,
     force: Annotated[bool, typer.Option("--force", help="Regenerate reference data even where it is current.")] = False,
     flush: Annotated[str, FlushOpt] = "write",
+    timing_mode: Annotated[str, TimingModeOpt] = "auto",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to finish, with a progress bar.")] = False,
     timeout: Annotated[Optional[float], typer.Option(help="With --wait: give up waiting after this many seconds.")] = None,
     store: StoreOpt = None,
@@ -94,7 +96,7 @@ def submit(
     s, st = _store(ctx, store)
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
     spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on,
-                             flush=flush)
+                             flush=flush, timing_mode=timing_mode)
     spec, created = control.submit(s, st, spec, force=force)
     err.print(f"{'submitted' if created else 'submitted again (same ids: nothing runs twice)'} run {spec.run}: "
               f"{len(spec.ops)} ops of {spec.source}, reference on reference.{spec.reference_target}, "

@@ -28,7 +28,7 @@ from farm.distributed.runs import (
     update_op,
 )
 from farm.errors import FarmError
-from farm.evaluate.timing import check_flush
+from farm.evaluate.timing import check_flush, check_mode
 from farm.generators import load_generator
 from farm.storage import Store
 from farm.targets import available, get_target
@@ -59,7 +59,7 @@ def _redact(url: str) -> str:
 def make_spec(settings: Settings, source: str, ops: list[str] | None, target: str, max_tasks: int,
               run: str | None = None, generators: tuple[str, ...] = ("tune", "port"),
               max_concurrent: int | None = None, reference_target: str | None = None, seed: int = 0,
-              flush: str = "write") -> RunSpec:
+              flush: str = "write", timing_mode: str = "auto") -> RunSpec:
     """The run as it will be stored, checked before anything is enqueued."""
     interpret = get_target(target).interpret
     reference_target = reference_target or ("cpu" if interpret else "cuda")
@@ -74,7 +74,8 @@ def make_spec(settings: Settings, source: str, ops: list[str] | None, target: st
                    shapes="small" if interpret else "bench", generators=list(generators),
                    max_tasks=max_tasks, chunk_candidates=settings.queue.chunk_candidates,
                    max_concurrent=max_concurrent or (1 if interpret else 4), seed=seed,
-                   reference_seed=settings.reference.seed, flush=check_flush(flush))
+                   reference_seed=settings.reference.seed, flush=check_flush(flush),
+                   timing_mode=check_mode(timing_mode))
 
 
 def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False) -> tuple[RunSpec, bool]:

@@ -44,12 +44,13 @@ class RunSpec:
     seed: int = 0
     reference_seed: int = 0
     flush: str = "write"  # the timer's cache flush (farm.evaluate.timing)
+    timing_mode: str = "auto"  # events, graph, or auto (farm.evaluate.timing.choose_mode)
     created_at: str = field(default_factory=now)
 
     def search_config(self) -> SearchConfig:
         return SearchConfig(max_tasks=self.max_tasks, max_concurrent=self.max_concurrent,
                             chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed,
-                            flush=self.flush)
+                            flush=self.flush, timing_mode=self.timing_mode)
 
     def params(self) -> dict[str, Any]:
         """Everything but the creation time: two submissions of one run must agree on these."""

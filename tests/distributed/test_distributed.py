@@ -378,7 +378,21 @@ def test_unknown_run_and_unreachable_broker_are_clear_errors(cli, tmp_path, monk
     assert res.exit_code == 3 and "cannot reach Redis" in res.stderr
     res = cli("submit", "--source", "demo", "--target", "tpu")
     assert res.exit_code == 2 and "unknown target 'tpu'" in res.stderr
+    res = cli("submit", "--source", "demo", "--target", "cpu", "--timing-mode", "fastest")
+    assert res.exit_code == 2 and "--timing-mode" in res.stderr and "Traceback" not in res.output
     res = cli("status", "nope")
     assert res.exit_code == 2 and "no run 'nope'" in res.stderr
     res = cli("fetch", "--out", tmp_path / "k")
     assert res.exit_code == 2 and "no kernels to fetch" in res.stderr
+
+
+def test_a_submitted_timing_mode_reaches_the_workers_search():
+    """farm submit --timing-mode is stored with the run and rebuilt by every worker, as --flush is."""
+    from farm.config import load_settings
+    from farm.distributed.control import make_spec
+
+    settings, _ = load_settings()
+    spec = make_spec(settings, "demo", ["row_sum"], "cpu", 4, timing_mode="graph", flush="clean")
+    again = RunSpec.from_dict(json.loads(json.dumps(spec.params())))  # as stored in run.json
+    assert again.search_config().timing_mode == "graph" and again.search_config().flush == "clean"
+    assert make_spec(settings, "demo", ["row_sum"], "cpu", 4).search_config().timing_mode == "auto"
