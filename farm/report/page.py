@@ -150,6 +150,8 @@ def baseline_text(op: OpView, basis: str) -> str:
         return na(f"{NOT_MEASURED}" + (f": {error[:80]}" if error else ""))
     spread = (op.summary.get("baseline_timing") or {}).get(basis) or {}
     extra = f", rse {spread['rse']:.1%}" if spread.get("rse") is not None else ", spread not recorded"
+    if op.retimed(basis) is not None:
+        extra += "; ratio re-timed at the end of the search"
     return esc(f"{ms:.4g} ms{extra}")
 
 

@@ -175,6 +175,11 @@ def test_run_figures_never_divide_by_zero_or_invent_numbers():
     assert collect.ancestry(op, "c0004") == ["c0002", "c0004"]
     [group] = collect.failure_groups(collect.RunView("r", "u", "batch", [op]))
     assert group["count"] == 2 and group["key"] == "mismatch: output N: max abs N at N"
+    # the end-of-search re-timing (what promotion used) wins over the search's own figure
+    op.summary["confirmation"] = {"time_ms": 1.1, "model": {"ratio": 3.5}}
+    assert op.speedup("model") == 3.5 and op.speedup("compile") == 2.0
+    op.summary["confirmation"] = {"error": "timed out", "time_ms": None}
+    assert op.speedup("model") == 4.0
 
 
 def test_lineage_layout_centres_parents_and_keeps_islands_apart():
