@@ -98,6 +98,8 @@ def ev(refs):
     settings = EvalSettings.for_device(CPU)  # the interpreter's timing options
     settings.limits = LIMITS
     evaluator = Evaluator(refs.task, refs.data, CPU, settings)
+    # the verdicts below depend on it: settings left behind by another test must not turn it off
+    assert evaluator.candidates.boundary.on == SANDBOXED, evaluator.candidates.boundary
     yield evaluator
     evaluator.close()
     for sandbox in (evaluator.candidates, evaluator.references):
