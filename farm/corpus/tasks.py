@@ -26,10 +26,11 @@ from farm.errors import FarmError, InvalidName, TaskError
 # a leading '_' is allowed: AKG's corpus has ops named after private kernels (_compute_pid)
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 SHAPE_SETS = ("bench", "small")
+NO_SMALL_SHAPES = "has no small shapes (no SMALL_SHAPES, none in corpus.shapes, none derivable)"
 _TRITON_MARKERS = ("@triton.jit", "@triton.autotune", "triton.jit(")
 # The class that holds the op's PyTorch semantics: ours, then the names AKG's files use for
 # their comparison class (which may call into sglang/vllm: see farm.corpus.modes)
-REFERENCE_CLASSES = ("Reference", "ModelSglang", "ModelSGLang", "ModelVLLM")
+REFERENCE_CLASSES = ("Reference", "ModelSglang", "ModelSGLang", "ModelVLLM", "ModelTorch")
 # How a task's outputs are judged (docs/task-format.md, "Modes"):
 MODES = ("reference", "reference-data", "model")
 NOT_TASKS = ("__init__.py",)  # package markers sit beside task files in some corpora
@@ -440,8 +441,7 @@ def _apply_small_shapes(task: Task) -> None:
         try:
             overrides, _fp, note = derive(module, task.model_cls, ref.policy, fixed_names=tuple(config))
         except NoShapes as exc:
-            raise TaskError(ref.path, "has no small shapes (no SMALL_SHAPES, none in corpus.shapes, none derivable)",
-                            str(exc)) from None
+            raise TaskError(ref.path, NO_SMALL_SHAPES, str(exc)) from None
         _check_real_forward(task, overrides)
         _DERIVED[key] = (overrides, note)
     overrides, note = _DERIVED[key]

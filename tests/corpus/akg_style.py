@@ -48,6 +48,9 @@ class ModelSglang(nn.Module):
         return x * 2.0 + 1.0
 '''
 
+# attention_kernels/ names its PyTorch comparison class ModelTorch
+PURE_TORCH = PURE_SGLANG.replace("class ModelSglang(", "class ModelTorch(")
+
 # the comparison class calls vLLM: reference-data mode
 VLLM_CLASS = TRITON_HEAD + '''
 

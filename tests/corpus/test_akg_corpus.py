@@ -92,7 +92,7 @@ def test_every_task_folder_of_a_newer_akg_release_is_a_source(tmp_path):
     original folders keep their names, and the thirdparty/ folder itself is a valid root."""
     root = akg_checkout(tmp_path)
     base = root / "akg_agents" / corpus.AKG_CORPUS
-    write_task(base / "attention_kernels", "decode_twice", akg_style.VLLM_CLASS)
+    write_task(base / "attention_kernels", "decode_twice", akg_style.PURE_TORCH)
     write_task(base / "pytorch" / "group_1", "01_Twice", akg_style.PURE_SGLANG)
     write_task(base / "pytorch" / "group_2", "01_Twice", akg_style.PURE_SGLANG)  # same op name, other source
     (base / "pytorch" / "group_2" / "__init__.py").write_text("")
@@ -106,6 +106,22 @@ def test_every_task_folder_of_a_newer_akg_release_is_a_source(tmp_path):
     settings, _ = load_settings(overrides={"corpus.akg_root": str(root)})
     refs = corpus.find_tasks(settings, ["pytorch_group_1", "pytorch_group_2"])
     assert [(r.source, r.op) for r in refs] == [("pytorch_group_1", "01_Twice"), ("pytorch_group_2", "01_Twice")]
+    [attention] = corpus.find_tasks(settings, ["attention_kernels"])
+    decided = modes.resolve_ref(attention, "small", 120)
+    assert (decided.mode, decided.reference) == ("reference", "ModelTorch")  # its PyTorch class is the truth
+
+
+def test_a_comparison_class_is_tried_at_the_files_own_shapes_when_none_can_be_derived(tmp_path):
+    """attention_kernels/ choose their sizes inside get_inputs: no small shapes can be derived,
+    and the trial of ModelTorch then runs at the file's own shapes instead of failing."""
+    body = akg_style.PURE_TORCH.replace("    return [torch.randn(N)]", "    n = 2 ** 21  # 8 MiB: over the small budget\n"
+                                                                       "    return [torch.randn(n)]")
+    path = write_task(tmp_path / "attention_kernels", "local_sizes", body)
+    ref = corpus.ref_from_file(path, "attention_kernels")
+    with pytest.raises(FarmError, match="has no small shapes"):
+        corpus.load_task(ref, "small")
+    decided = modes.resolve_ref(ref, "bench", 120)  # as on a GPU host, and as `farm ops list` decides
+    assert (decided.mode, decided.reference) == ("reference", "ModelTorch"), decided
 
 
 def test_akg_root_that_is_not_a_checkout_is_a_clear_error(tmp_path):
