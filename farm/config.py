@@ -98,7 +98,7 @@ class ReferenceSettings:
     timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process"))
     seed_sets: int = field(default=4, metadata=_meta(
         "secret seed sets recorded per reference-data-mode op (verification and timing rotate through them)"))
-    jobs: int = field(default=0, metadata=_meta(
+    jobs: int = field(default=1, metadata=_meta(
         "ops whose reference data is made at once on one device; 0: 1 on cpu, else a quarter of the cores, at most 4"))
 
     def __post_init__(self) -> None:

@@ -43,7 +43,7 @@ def reference(
     shapes: Annotated[str, typer.Option(help="bench, small, or auto (small on cpu, bench on an accelerator).")] = "auto",
     force: Annotated[bool, typer.Option("--force", help="Regenerate ops whose stored .pt is current.")] = False,
     jobs: Annotated[Optional[int], typer.Option(
-        help="Ops at once, each in its own child on the device; 0: automatic [reference.jobs].")] = None,
+        help="Ops at once, each in its own child on the device; 0: automatic [reference.jobs, default 1].")] = None,
     as_json: bool = JsonOption,
 ) -> None:
     """Run each task's original Model and store its inputs and outputs; exit 1 if any op failed."""
