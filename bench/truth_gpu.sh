@@ -10,7 +10,8 @@
 # (farm/corpus/akg.py), AKG's files unchanged. The store lives in /tmp/truth-<corpus> so that a
 # later call on the same (warm) machine can re-time it again. Timing: the evaluator's default
 # (--timing-mode auto: a CUDA graph for ops whose original runs under 20 us, else events with a
-# 256 MB flush), and retime.py follows the mode each figure was taken in.
+# 256 MB flush), and retime.py follows the mode each figure was taken in. JOBS (default 1): ops
+# whose reference data is made at once (farm reference --jobs), not yet tried on a GPU.
 set -uo pipefail
 corpus=${1:?bundled or akg}; search_s=${2:-300}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -27,7 +28,7 @@ else
 fi
 src_args=$(for s in $sources; do printf -- "--source %s " "$s"; done)
 echo "corpus $corpus: sources $sources"
-timeout "${4:-600}" python3 -m farm reference $src_args --store "$store" --device 0 --jobs "${JOBS:-8}" --json \
+timeout "${4:-600}" python3 -m farm reference $src_args --store "$store" --device 0 --jobs "${JOBS:-1}" --json \
   > "$OUT/${corpus}_reference.json" 2> "$OUT/${corpus}_reference.err"
 echo "reference rc=$? at $(( $(date +%s) - start ))s"
 python3 - "$OUT/${corpus}_reference.json" <<'EOF'
