@@ -25,12 +25,15 @@ farm() { python3 -m farm "$@"; }
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
 time farm ops list --json > "$OUT/list.json"; echo "ops list rc=$? at $(( $(date +%s) - start ))s"
-time timeout "$ref_deadline" python3 -m farm reference --device "$dev" --source sglang --source vllm_triton --source vllm_torch --json > "$work/reference.json"
+# every source of the checkout (farm/corpus/akg.py: AKG adds folders between releases)
+sources=$(python3 -c 'import json,sys; print(" ".join(sorted({r["source"] for r in json.load(open(sys.argv[1])) if r.get("origin") == "akg"})))' "$OUT/list.json")
+src_args=$(for s in $sources; do printf -- "--source %s " "$s"; done)
+time timeout "$ref_deadline" python3 -m farm reference --device "$dev" $src_args --json > "$work/reference.json"
 echo "reference rc=$? at $(( $(date +%s) - start ))s"
 python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); json.dump({"results": list(m["entries"].values())}, sys.stdout, indent=1)' \
   "$work/store/refs/manifest.json" > "$OUT/reference.json"
 # one batch search per source (every op with reference data), stopped at the deadline
-for src in sglang vllm_triton vllm_torch; do
+for src in $sources; do
   left=$(( deadline - ($(date +%s) - start) ))
   [ "$left" -le 5 ] && { echo "deadline reached before $src"; break; }
   timeout "$left" python3 -m farm search --source "$src" --target cuda --devices "$dev" --max-tasks "$max_tasks" \
