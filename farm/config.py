@@ -192,10 +192,18 @@ class EvaluatorSettings:
         metadata=_meta("refuse to evaluate when no sandbox can be set up (on by default in `farm worker` and the "
                        "worker images)"),
     )
+    compile_workers: int = field(
+        default=-1,
+        metadata=_meta("compile-ahead processes per search (docs/search.md): -1 auto (min(4, cores - 1) on compiled "
+                       "targets, none on interpreted ones), 0 off, N"),
+    )
 
     def __post_init__(self) -> None:
         if self.sandbox not in ("auto", "off"):
             raise ConfigError(f"evaluator.sandbox must be 'auto' or 'off', not {self.sandbox!r}")
+        if not isinstance(self.compile_workers, int) or self.compile_workers < -1:
+            raise ConfigError(f"evaluator.compile_workers must be -1 (auto), 0 (off) or a positive count, "
+                              f"not {self.compile_workers!r}")
 
 
 @dataclass

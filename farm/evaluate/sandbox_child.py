@@ -45,6 +45,7 @@ class LaunchLog:
 
     ghost = False  # while True, launches are recorded but not executed (ghost replay)
     capture_stream = None  # the harness's CUDA-graph capture stream: launches there are on the timed path
+    compile_only = False  # while True, launches are compiled and not run (compile-ahead: RoundsMixin.warm)
 
     def reset(self) -> None:
         self.count = 0
@@ -83,6 +84,8 @@ def install_launch_hook(log: LaunchLog) -> None:
         original = cls.run
 
         def run(self, *args, _original=original, **kwargs):
+            if log.compile_only:  # Triton's own warm-up path: compile (and cache on disk), launch nothing
+                kwargs["warmup"] = True
             if not kwargs.get("warmup", False):
                 log.record(self)
                 if log.ghost:
@@ -459,6 +462,7 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
         "time": lambda m: runner.time(m["keys"], m.get("options", {}), tuple(m.get("probe_keys", ())),
                                       tuple(m.get("inplace_args", ()))),
         "unload": lambda m: (runner.unload(), {"ok": True})[1],
+        "warm": lambda m: runner.warm(m["key"]),
     }
     while True:
         try:

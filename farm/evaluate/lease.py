@@ -1,0 +1,109 @@
+"""The device lease: who may use a device now, so that timing is exclusive.
+
+Since compile-ahead (farm.evaluate.ahead) and several evaluators per device (several ops of a
+batch, several candidates in flight), more than one thing may want the device at once. The
+rule is the one a timer needs: a timing (the per-call loop, the interleaved comparison, the
+baselines, the re-timing before promotion) holds the device alone; verification runs (first
+run, second run, fresh seeds, ghost replay, Reference on secret seeds) may share it with each
+other, never with a timing. So a reader-writer lock per device, with writers first: a timing
+waits for the runs in progress to finish, and no new run starts while a timing waits, so a
+stream of verifications can never starve the timer.
+
+One lease per device label per process: the in-process batch and the distributed worker (one
+process per device) both keep all of a device's users in one process. The lease also keeps
+the seconds the device spent held in each phase, from which the search reports the share of
+its time in timing, verification and idle (farm.search.controller, metric
+farm_device_time_share).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+TIMING = "timing"
+VERIFICATION = "verification"
+PHASES = (TIMING, VERIFICATION)
+
+
+class DeviceLease:
+    def __init__(self, label: str):
+        self.label = label
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+        self._since: float | None = None  # when the current busy phase began
+        self._phase_s = {p: 0.0 for p in PHASES}
+        self.timings_now = 0  # timings holding the device (never above 1: tests check it)
+
+    @contextmanager
+    def hold(self, phase: str) -> Iterator[None]:
+        """Hold the device for `phase`: TIMING alone, VERIFICATION with other verifications."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown device phase {phase!r}")
+        self._acquire(phase)
+        try:
+            yield
+        finally:
+            self._release(phase)
+
+    def _acquire(self, phase: str) -> None:
+        with self._cond:
+            if phase == TIMING:
+                self._writers_waiting += 1
+                while self._writer or self._readers:
+                    self._cond.wait()
+                self._writers_waiting -= 1
+                self._writer = True
+                self.timings_now += 1
+            else:
+                while self._writer or self._writers_waiting:
+                    self._cond.wait()
+                self._readers += 1
+            if self._since is None:
+                self._since = time.monotonic()
+
+    def _release(self, phase: str) -> None:
+        with self._cond:
+            if phase == TIMING:
+                self._writer = False
+                self.timings_now -= 1
+            else:
+                self._readers -= 1
+            if not self._writer and not self._readers:
+                # the lock never lets both phases hold the device at once: the busy span is one phase's
+                self._phase_s[phase] += time.monotonic() - self._since
+                self._since = None
+            self._cond.notify_all()
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds held so far per phase (an ongoing hold counted up to now)."""
+        with self._cond:
+            out = dict(self._phase_s)
+            if self._since is not None:
+                out[TIMING if self._writer else VERIFICATION] += time.monotonic() - self._since
+            return out
+
+
+_leases: dict[str, DeviceLease] = {}
+_lock = threading.Lock()
+
+
+def for_device(label: str) -> DeviceLease:
+    """This process's lease of the device `label` (cuda:0, cpu:1, ...)."""
+    with _lock:
+        if label not in _leases:
+            _leases[label] = DeviceLease(label)
+        return _leases[label]
+
+
+def shares(before: dict[str, float], after: dict[str, float], wall_s: float) -> dict[str, float]:
+    """The share of `wall_s` in each phase between two `seconds()` readings, and idle."""
+    if wall_s <= 0:
+        return {TIMING: 0.0, VERIFICATION: 0.0, "idle": 1.0}
+    out = {p: min(1.0, max(0.0, (after[p] - before.get(p, 0.0)) / wall_s)) for p in PHASES}
+    out["idle"] = max(0.0, 1.0 - sum(out.values()))
+    return out
