@@ -3,8 +3,10 @@
 The same batch search of the bundled corpus (same ops, budgets, generators, seed) twice in this
 process tree: `before` with compile-ahead off (compile_workers 0: the sequential path, one
 candidate at a time on the device) and `after` with it on. Each phase gets a Triton cache of its
-own (empty at its start), so neither reuses the other's compiled kernels. Per phase and per op:
-candidates per device-minute (candidates / the op's wall minutes), the device busy fraction
+own (empty at its start), so neither reuses the other's compiled kernels; `after` also searches
+--ops-per-device ops at once on the device (farm.search.batch). Per phase and per op:
+candidates per device-minute (candidates / the op's device-minutes: its wall minutes, shared
+out among the ops searching at the same time), the device busy fraction
 (seconds inside the candidates' timed kernels over wall time, as docs/benchmarks.md measured
 it, and the share of wall time the device was held at all, farm.evaluate.lease), the shares in
 timing, verification and idle; per candidate (matched across phases by normalised source) the
@@ -63,7 +65,20 @@ def kernel_seconds(candidates: list[dict]) -> float:
     return total
 
 
-def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Path) -> dict:
+def device_minutes(spans: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Each op's share of the device's wall time, in minutes: while k ops search on the device
+    at once, each is charged 1/k of it (one op at a time: its own wall time). The shares add up
+    to the batch's busy wall time, so candidates per device-minute stay comparable."""
+    edges = sorted({t for span in spans.values() for t in span})
+    out = {k: 0.0 for k in spans}
+    for a, b in zip(edges, edges[1:]):
+        active = [k for k, (s, e) in spans.items() if s <= a and e >= b]
+        for k in active:
+            out[k] += (b - a) / len(active) / 60
+    return out
+
+
+def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Path, ops_per_device: int = 1) -> dict:
     fresh_caches(root, name)
     lease = device_lease.for_device(spec.label)
     marks: dict[str, dict] = {}
@@ -74,14 +89,17 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
             marks[key] = {"t0": time.monotonic(), "held0": lease.seconds()}
         elif phase == "done" and key in marks:
             m = marks[key]
+            m["span"] = (m["t0"], time.monotonic())
             m["wall_s"] = time.monotonic() - m.pop("t0")
             m["held"] = device_lease.shares(m.pop("held0"), lease.seconds(), m["wall_s"])
             print(f"[{name}] {key:48} {row.get('status', ''):9} {row.get('submitted', 0):3d} candidates "
                   f"in {m['wall_s']:6.1f} s", flush=True)
 
     t0 = time.monotonic()
-    rows = search_batch(refs, store, name, spec.target.name, [spec], gens, config, on_op=on_op)
+    rows = search_batch(refs, store, name, spec.target.name, [spec], gens, config, on_op=on_op,
+                        ops_per_device=ops_per_device)
     wall = time.monotonic() - t0
+    minutes = device_minutes({k: m["span"] for k, m in marks.items() if "span" in m})
     ops = []
     for row in rows:
         key = f"{row['source']}/{row['op']}"
@@ -99,13 +117,15 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
                                             "rse": (c.get("timing") or {}).get("rse"), "id": c["id"],
                                             "generator": c["generator"]}
         ops.append({"op": key, "status": row.get("status"), "candidates": len(cands), "wall_s": wall_s,
-                    "candidates_per_device_minute": len(cands) / (wall_s / 60) if wall_s else 0.0,
-                    "kernel_busy_fraction": kernel_seconds(cands) / wall_s if wall_s else 0.0,
+                    "device_minutes": minutes[key],
+                    "candidates_per_device_minute": len(cands) / minutes[key] if minutes[key] else 0.0,
+                    "kernel_busy_fraction": kernel_seconds(cands) / (minutes[key] * 60) if minutes[key] else 0.0,
                     "held_fraction": 1.0 - marks[key]["held"]["idle"], "share": marks[key]["held"],
                     "best_time_ms": row.get("best_time_ms"), "per_candidate": per})
     done = [o for o in ops if "wall_s" in o]
     total = sum(o["candidates"] for o in done)
-    return {"phase": name, "compile_workers": config.compile_workers, "wall_s": wall, "ops": ops,
+    return {"phase": name, "compile_workers": config.compile_workers, "ops_per_device": ops_per_device,
+            "wall_s": wall, "ops": ops,
             "median_candidates_per_device_minute": _median([o["candidates_per_device_minute"] for o in done]),
             "batch_candidates_per_device_minute": total / (wall / 60) if wall else 0.0,
             "median_kernel_busy_fraction": _median([o["kernel_busy_fraction"] for o in done]),
@@ -153,7 +173,8 @@ def markdown(doc: dict) -> str:
     fmt = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
     lines = [f"Device: {doc['device']}; ops: {len(doc['ops'])}; budget {doc['config']['max_tasks']} candidates, "
              f"generators {','.join(doc['config']['generators'])}, seed {doc['config']['seed']}, "
-             f"{doc['config']['max_concurrent']} in flight; compile-ahead runners after: {a['compile_workers']}.", "",
+             f"{doc['config']['max_concurrent']} in flight; after: {a['compile_workers']} compile-ahead runners per op, "
+             f"{a['ops_per_device']} ops at once on the device.", "",
              "| | before (sequential) | after (pipeline) |", "|---|---|---|"]
     for label, key, f in (("candidates per device-minute, median over ops", "median_candidates_per_device_minute", "{:.1f}"),
                           ("candidates per device-minute, whole batch", "batch_candidates_per_device_minute", "{:.1f}"),
@@ -186,6 +207,7 @@ def main() -> None:
     ap.add_argument("--max-tasks", type=int, default=8)
     ap.add_argument("--max-concurrent", type=int, default=6, help="candidates in flight (both phases)")
     ap.add_argument("--compile-workers", type=int, default=-1, help="after: compile-ahead runners (-1: auto)")
+    ap.add_argument("--ops-per-device", type=int, default=2, help="after: ops searched at once on the device")
     ap.add_argument("--generators", default="tune,port")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="two demo ops, 3 candidates, small shapes")
@@ -215,9 +237,9 @@ def main() -> None:
            "reference_failures": [f"{r['source']}/{r['op_name']}: {r.get('error', '')[:200]}" for r in made
                                   if not r.get("success")]}
     name = f"throughput_{spec.target.name}"
-    for phase, n in zip(PHASES, (0, workers)):
+    for phase, n, k in zip(PHASES, (0, workers), (1, args.ops_per_device)):
         config = SearchConfig(**{**vars(base), "compile_workers": n})
-        doc[phase] = run_phase(phase, refs, store, spec, gens, config, root)
+        doc[phase] = run_phase(phase, refs, store, spec, gens, config, root, k)
         (args.out / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))
     doc["device_name"] = _device_name(spec)
     doc["comparison"] = compare(doc["before"], doc["after"])

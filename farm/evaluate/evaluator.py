@@ -203,7 +203,8 @@ class Evaluator(Comparison):
                 if self.profile.derived_seeds and i < self.settings.fresh_seeds:
                     seed = profiles.trial_seed(int(self.data.get("seed", 0) or 0), i)
                 inputs = draw_inputs(self.task, seed)
-                reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
+                with self.lease.hold(device_lease.VERIFICATION):  # Reference on the device: never beside a timing
+                    reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
                 if not reply.get("ok"):
                     raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh seed: "
                                     f"{self._clean(str(reply.get('error')), REASON_CHARS)}")

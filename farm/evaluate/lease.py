@@ -7,7 +7,8 @@ baselines, the re-timing before promotion) holds the device alone; verification 
 run, second run, fresh seeds, ghost replay, Reference on secret seeds) may share it with each
 other, never with a timing. So a reader-writer lock per device, with writers first: a timing
 waits for the runs in progress to finish, and no new run starts while a timing waits, so a
-stream of verifications can never starve the timer.
+stream of verifications can never starve the timer. Timings are served in the order they
+asked (tickets): several ops' searches sharing a device (farm.search.batch) take turns.
 
 One lease per device label per process: the in-process batch and the distributed worker (one
 process per device) both keep all of a device's users in one process. The lease also keeps
@@ -34,33 +35,44 @@ class DeviceLease:
         self._cond = threading.Condition()
         self._readers = 0
         self._writer = False
-        self._writers_waiting = 0
+        self._next_ticket = 0  # timings are served in ticket order
+        self._serving = 0
         self._since: float | None = None  # when the current busy phase began
         self._phase_s = {p: 0.0 for p in PHASES}
         self.timings_now = 0  # timings holding the device (never above 1: tests check it)
+        self._mine = threading.local()  # what this thread holds: a verification inside one is already covered
 
     @contextmanager
     def hold(self, phase: str) -> Iterator[None]:
         """Hold the device for `phase`: TIMING alone, VERIFICATION with other verifications."""
         if phase not in PHASES:
             raise ValueError(f"unknown device phase {phase!r}")
+        held = getattr(self._mine, "phase", None)
+        if held == TIMING or (held == VERIFICATION and phase == VERIFICATION):
+            yield  # nested in a hold that covers it (the first fresh-seed cases, drawn inside a verification)
+            return
+        if held is not None:
+            raise RuntimeError("a timing cannot start inside a verification's hold of the device")
         self._acquire(phase)
+        self._mine.phase = phase
         try:
             yield
         finally:
+            self._mine.phase = None
             self._release(phase)
 
     def _acquire(self, phase: str) -> None:
         with self._cond:
             if phase == TIMING:
-                self._writers_waiting += 1
-                while self._writer or self._readers:
+                ticket = self._next_ticket
+                self._next_ticket += 1
+                while self._writer or self._readers or self._serving != ticket:
                     self._cond.wait()
-                self._writers_waiting -= 1
+                self._serving += 1
                 self._writer = True
                 self.timings_now += 1
             else:
-                while self._writer or self._writers_waiting:
+                while self._writer or self._next_ticket != self._serving:  # a timing holds or waits
                     self._cond.wait()
                 self._readers += 1
             if self._since is None:

@@ -216,3 +216,54 @@ def test_fixed_costs_are_paid_once_per_op_and_adopted_by_later_chunks(row_sum):
     second = chunk()
     assert not second.fixed_paid and paid == before  # nothing drawn, run or timed again
     assert second.db.submitted == 4 and all(r.verdict != "pending" for r in second.db.records.values())
+
+
+def test_timings_take_turns_in_the_order_they_asked_and_nest_safely():
+    lease = device_lease.DeviceLease("test:1")
+    order, started = [], threading.Event()
+
+    def hold_verification():
+        with lease.hold("verification"):
+            started.set()
+            time.sleep(0.3)
+            with lease.hold("verification"):  # nested: already covered, no deadlock behind the waiting timings
+                pass
+
+    def timing(i):
+        with lease.hold("timing"):
+            order.append(i)
+
+    first = threading.Thread(target=hold_verification)
+    first.start()
+    started.wait()
+    threads = []
+    for i in range(4):
+        threads.append(threading.Thread(target=timing, args=(i,)))
+        threads[-1].start()
+        time.sleep(0.03)  # ask in order 0, 1, 2, 3 while the verification holds the device
+    for t in [first, *threads]:
+        t.join(5)
+    assert order == [0, 1, 2, 3]
+    with pytest.raises(RuntimeError):
+        with lease.hold("verification"):
+            with lease.hold("timing"):
+                pass
+
+
+def test_a_batch_searches_several_ops_at_once_on_one_device(tmp_path):
+    from farm.generators import load_generator
+    from farm.search import ledger
+    from farm.search.batch import search_batch
+
+    store = open_store(f"file://{tmp_path / 'store'}")
+    settings, _ = load_settings(overrides={"corpus.tasks_dir": ""})
+    refs = find_tasks(settings, ["demo"], ["row_sum", "vector_add_scale"])
+    assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
+    events = []
+    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), compile_workers=0)
+    rows = search_batch(refs, store, "both", "cpu", [CPU], [load_generator("tune")], config,
+                        on_op=lambda phase, row: events.append((phase, row["op"])), ops_per_device=2)
+    assert [r["op"] for r in rows] == [r.op for r in refs]  # rows in the order of the refs
+    assert all(r["status"] == "succeeded" for r in rows)
+    assert [p for p, _ in events[:2]] == ["start", "start"]  # the second op began before the first ended
+    assert set(ledger.read(store, "both")) == {r.key for r in refs}
