@@ -267,3 +267,39 @@ def test_a_batch_searches_several_ops_at_once_on_one_device(tmp_path):
     assert all(r["status"] == "succeeded" for r in rows)
     assert [p for p, _ in events[:2]] == ["start", "start"]  # the second op began before the first ended
     assert set(ledger.read(store, "both")) == {r.key for r in refs}
+
+
+AUTOTUNED = '''
+import torch, triton, triton.language as tl
+from farm import targets
+from farm.evaluate.sandbox_child import LaunchLog, install_launch_hook
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+log = LaunchLog(targets.resolve_device("cpu"))
+install_launch_hook(log)
+x = torch.ones(100)
+y = torch.zeros(100)
+LaunchLog.compile_only = True
+double[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
+print("warm", double.configs_timings == {c: [0.0] * 3 for c in double.configs}, float(y.sum()), log.count)
+'''
+
+
+def test_compiling_ahead_an_autotuned_kernel_times_no_config_and_runs_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "autotuned.py"
+    script.write_text(AUTOTUNED)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # every config went through the compile-only path (no benchmark: on the interpreter, with no
+    # device driver, Triton's benchmarker would fail), and no kernel ran
+    assert "warm True 0.0 0" in out.stdout, out.stdout + out.stderr[-2000:]
