@@ -13,7 +13,8 @@ timing, verification and idle; per candidate (matched across phases by normalise
 verdict and the timing median with its spread. Writes throughput_<device>.json and .md to OUT.
 
 usage (repository root):
-    python bench/throughput_gpu.py OUT                          # cuda:0, demo sglang vllm_triton
+    python bench/throughput_gpu.py OUT                          # cuda:0, demo and sglang, 8 candidates per op
+    python bench/throughput_gpu.py OUT --phase before; python bench/throughput_gpu.py OUT --phase after
     python bench/throughput_gpu.py OUT --sources demo --max-tasks 8 --compile-workers 4
     python bench/throughput_gpu.py OUT --device cpu --quick     # the CPU interpreter, for a smoke test
 """
@@ -145,7 +146,8 @@ def compare(before: dict, after: dict) -> dict:
         b = b_ops.get(a["op"])
         if b is None or "wall_s" not in a:
             continue
-        ratio = a["candidates_per_device_minute"] / b["candidates_per_device_minute"] if b["candidates_per_device_minute"] else None
+        before_rate = b["candidates_per_device_minute"]
+        ratio = a["candidates_per_device_minute"] / before_rate if before_rate else None
         if ratio:
             ratios.append(ratio)
         shared = set(a["per_candidate"]) & set(b["per_candidate"])
@@ -171,16 +173,18 @@ def compare(before: dict, after: dict) -> dict:
 def markdown(doc: dict) -> str:
     b, a, c = doc["before"], doc["after"], doc["comparison"]
     fmt = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
-    lines = [f"Device: {doc['device']}; ops: {len(doc['ops'])}; budget {doc['config']['max_tasks']} candidates, "
-             f"generators {','.join(doc['config']['generators'])}, seed {doc['config']['seed']}, "
-             f"{doc['config']['max_concurrent']} in flight; after: {a['compile_workers']} compile-ahead runners per op, "
+    cfg = doc["config"]
+    lines = [f"Device: {doc.get('device_name') or doc['device']}; ops: {len(doc['ops'])}; "
+             f"budget {cfg['max_tasks']} candidates, generators {','.join(cfg['generators'])}, seed {cfg['seed']}, "
+             f"{cfg['max_concurrent']} in flight; after: {a['compile_workers']} compile-ahead runners per op, "
              f"{a['ops_per_device']} ops at once on the device.", "",
              "| | before (sequential) | after (pipeline) |", "|---|---|---|"]
-    for label, key, f in (("candidates per device-minute, median over ops", "median_candidates_per_device_minute", "{:.1f}"),
-                          ("candidates per device-minute, whole batch", "batch_candidates_per_device_minute", "{:.1f}"),
-                          ("device busy (timed kernels), median", "median_kernel_busy_fraction", "{:.4%}"),
-                          ("device held (lease), median", "median_held_fraction", "{:.1%}"),
-                          ("batch wall time, s", "wall_s", "{:.0f}")):
+    rows = (("candidates per device-minute, median over ops", "median_candidates_per_device_minute", "{:.1f}"),
+            ("candidates per device-minute, whole batch", "batch_candidates_per_device_minute", "{:.1f}"),
+            ("device busy (timed kernels), median", "median_kernel_busy_fraction", "{:.4%}"),
+            ("device held (lease), median", "median_held_fraction", "{:.1%}"),
+            ("batch wall time, s", "wall_s", "{:.0f}"))
+    for label, key, f in rows:
         lines.append(f"| {label} | {fmt(b[key], f)} | {fmt(a[key], f)} |")
     for p in ("timing", "verification", "idle"):
         lines.append(f"| share of wall time: {p}, median | {fmt(b['median_share'][p], '{:.1%}')} | "
@@ -188,12 +192,14 @@ def markdown(doc: dict) -> str:
     lines += ["", f"Median per-op ratio after/before: **{fmt(c['median_ratio'])}x**. Candidates judged in both "
               f"phases: {c['verdicts_same'] + len(c['verdicts_changed'])}, verdicts changed: "
               f"{len(c['verdicts_changed'])}; timings compared: {len(c['timings'])}, median |change| "
-              f"{fmt(c['median_abs_timing_change'], '{:.2%}')}, outside max(3 x rse, 5%): {c['timings_outside_3x_rse']}.",
+              f"{fmt(c['median_abs_timing_change'], '{:.2%}')}, outside max(3 x rse, 5%): "
+              f"{c['timings_outside_3x_rse']}.",
               "", "| op | before cand/min | after cand/min | ratio | shared candidates |", "|---|---|---|---|---|"]
     b_ops = {o["op"]: o for o in b["ops"]}
     for row in c["ops"]:
         x, y = b_ops[row["op"]], next(o for o in a["ops"] if o["op"] == row["op"])
-        lines.append(f"| {row['op']} | {x['candidates_per_device_minute']:.1f} | {y['candidates_per_device_minute']:.1f} "
+        lines.append(f"| {row['op']} | {x['candidates_per_device_minute']:.1f} "
+                     f"| {y['candidates_per_device_minute']:.1f} "
                      f"| {fmt(row['ratio'])} | {row['shared_candidates']} |")
     return "\n".join(lines) + "\n"
 
@@ -202,7 +208,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
     ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--sources", nargs="+", default=["demo", "sglang", "vllm_triton"])
+    ap.add_argument("--sources", nargs="+", default=["demo", "sglang"])
     ap.add_argument("--ops", nargs="*", default=None, help="source/op keys (default: every op of --sources)")
     ap.add_argument("--max-tasks", type=int, default=8)
     ap.add_argument("--max-concurrent", type=int, default=6, help="candidates in flight (both phases)")
@@ -211,6 +217,8 @@ def main() -> None:
     ap.add_argument("--generators", default="tune,port")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="two demo ops, 3 candidates, small shapes")
+    ap.add_argument("--phase", choices=("both", *PHASES), default="both",
+                    help="one phase only, merged into OUT's JSON (two device calls instead of one)")
     args = ap.parse_args()
     spec = resolve_device(args.device)
     if args.quick:
@@ -226,24 +234,33 @@ def main() -> None:
     store = open_store(f"file://{root / 'store'}")
     refs = [r for r in corpus.find_tasks(settings, args.sources) if not args.ops or r.key in args.ops]
     shapes = "small" if spec.target.interpret else "bench"
-    made = generate_references(refs, store, spec, 0, shapes, 600)
+    made = generate_references(refs, store, spec, 0, shapes, 600, jobs=1 if spec.target.interpret else 4)
     ok = {(r["source"], r["op_name"]) for r in made if r.get("success")}
     refs = [r for r in refs if (r.source, r.op) in ok]
     gens = [load_generator(g, modes=("default",)) if g == "inductor" else load_generator(g)
             for g in args.generators.split(",")]
     base = SearchConfig(max_tasks=args.max_tasks, max_concurrent=args.max_concurrent, chunk_size=8,
                         generators=tuple(g.name for g in gens), seed=args.seed, early_stop=False)
-    doc = {"device": spec.label, "ops": [r.key for r in refs], "config": vars(base) | {"generators": list(base.generators)},
+    doc = {"device": spec.label, "ops": [r.key for r in refs],
+           "config": vars(base) | {"generators": list(base.generators)},
            "reference_failures": [f"{r['source']}/{r['op_name']}: {r.get('error', '')[:200]}" for r in made
                                   if not r.get("success")]}
     name = f"throughput_{spec.target.name}"
+    path = args.out / f"{name}.json"
+    if args.phase != "both" and path.exists():  # the other phase, from an earlier call with the same options
+        doc = {**json.loads(path.read_text()), **doc}
     for phase, n, k in zip(PHASES, (0, workers), (1, args.ops_per_device)):
+        if args.phase not in ("both", phase):
+            continue
         config = SearchConfig(**{**vars(base), "compile_workers": n})
         doc[phase] = run_phase(phase, refs, store, spec, gens, config, root, k)
-        (args.out / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))
+        path.write_text(json.dumps(doc, indent=2, default=str))
+    if not all(p in doc for p in PHASES):
+        print(f"{args.phase} written to {path}; run the other phase with the same options to compare")
+        return
     doc["device_name"] = _device_name(spec)
     doc["comparison"] = compare(doc["before"], doc["after"])
-    (args.out / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))
+    path.write_text(json.dumps(doc, indent=2, default=str))
     (args.out / f"{name}.md").write_text(markdown(doc))
     print(markdown(doc))
 
