@@ -93,6 +93,15 @@ def test_pipeline_gives_the_sequential_verdicts_and_a_hang_does_not_hold_the_dev
     assert got["pass"] < got["timeout"] and got["timeout"] >= HANG_S * 0.9
     report = store.read_json("runs/pipe/demo/row_sum/state.json")
     assert report["status"] == "done"
+    # the dashboard's figures: the device's time by phase over the chunk, the queues drained
+    from prometheus_client import REGISTRY
+
+    share = {p: REGISTRY.get_sample_value("farm_device_time_share", {"target": "cpu", "device": "cpu", "phase": p})
+             for p in ("timing", "verification", "idle")}
+    assert abs(sum(share.values()) - 1.0) < 1e-6 and share["timing"] > 0 and share["verification"] > 0
+    for stage in ("compile", "device"):
+        assert REGISTRY.get_sample_value("farm_compile_queue_depth",
+                                         {"target": "cpu", "device": "cpu", "stage": stage}) == 0
 
 
 def test_run_window_keeps_slots_in_flight_and_stops_when_nothing_is_left():
