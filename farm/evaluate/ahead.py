@@ -21,9 +21,11 @@ the same TRITON_CACHE_DIR as the device's runner). For each candidate it:
 Why this route and not Triton's compile API from recorded launch signatures: the launches a
 candidate makes (their specialisations, constexprs, autotuner configs) are only known by
 running its Python, and a warm-up launch inside its own forward records and compiles exactly
-those, autotune configs included (the warm runner's autotune cache is kept off, so no
-choice made on garbage timings reaches the device's runner). On a CUDA host the warm runner
-holds a CUDA context but runs no kernel; on the interpreter there is nothing to compile, so
+those, autotune configs included (an autotuner in a warm runner compiles every config and
+times none, sandbox_child._compile_only_autotune, and its disk cache is kept off, so no choice
+made on garbage timings reaches the device's runner). On a CUDA host the warm runner
+holds a CUDA context but launches no Triton kernel (the candidate's PyTorch calls around its
+kernels, allocations and small copies, do run); on the interpreter there is nothing to compile, so
 the automatic pool size there is 0 (the old, sequential path; tests ask for a pool).
 """
 
