@@ -213,7 +213,7 @@ def main() -> None:
     ap.add_argument("--max-tasks", type=int, default=8)
     ap.add_argument("--max-concurrent", type=int, default=6, help="candidates in flight (both phases)")
     ap.add_argument("--compile-workers", type=int, default=-1, help="after: compile-ahead runners (-1: auto)")
-    ap.add_argument("--ops-per-device", type=int, default=2, help="after: ops searched at once on the device")
+    ap.add_argument("--ops-per-device", type=int, default=3, help="after: ops searched at once on the device")
     ap.add_argument("--generators", default="tune,port")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="two demo ops, 3 candidates, small shapes")
