@@ -13,10 +13,14 @@ the same TRITON_CACHE_DIR as the device's runner). For each candidate it:
    one that hangs or kills its runner there gets `timeout` or `crash`, under the same limit;
 3. runs forward once with every Triton launch turned into Triton's own warm-up (compile, write
    the cache, launch nothing: `JITFunction.run(warmup=True)`). The device's runner then finds
-   each kernel in the cache on disk. A hang or a crash here (a compiler that never returns
-   or dies) is the candidate's `timeout` or `crash` within the compile limit, exactly where
-   the device's runner would have met it. Python errors are not verdicts: no kernel ran, so
-   forward computed on garbage; the device's runner judges the real run.
+   each kernel in the cache on disk. A hang here (a compiler that never returns) is the
+   candidate's `timeout` within the compile limit, where the device's runner would have met
+   it, and costs the device nothing. Nothing else here is a verdict: no kernel ran, so forward
+   computed on garbage, and an error or a crash (a size read from an unwritten output, the
+   memory limit) may be the garbage's; the device's runner judges the real run (a real crash
+   there is quick). After an error the runner is replaced: garbage may have broken its device
+   context. The one case where garbage could change a verdict: a forward whose host loop
+   waits on values its kernels compute would hang here, `timeout`, where the real run ends.
 
 Why this route and not Triton's compile API from recorded launch signatures: the launches a
 candidate makes (their specialisations, constexprs, autotuner configs) are only known by
@@ -114,9 +118,16 @@ class CompileAhead:
                 kind = reply.get("kind", "runtime_error")
                 return EvalResult(verdict=kind, reason=error.strip().splitlines()[-1] if error.strip() else kind,
                                   log=error)
-            box.with_inputs("warm", self.limits.compile_s, "pt", self.inputs)
-        except SandboxDied as died:
+        except SandboxDied as died:  # while loading: the device's runner would meet exactly this
             return EvalResult(verdict=died.kind, reason=str(died).splitlines()[0], log=str(died))
+        try:
+            reply = box.with_inputs("warm", self.limits.compile_s, "pt", self.inputs)
+        except SandboxDied as died:
+            if died.kind == "timeout":  # a compiler (or forward) that never returns: not on the device's time
+                return EvalResult(verdict="timeout", reason=str(died).splitlines()[0], log=str(died))
+            return None  # a crash may come from the garbage (a size read from an unwritten output): judged there
+        if reply.get("error"):
+            box.kill()  # garbage may have broken the runner's device context: the next candidate gets a fresh one
         return None
 
     def _judged(self, result: EvalResult, started: float) -> EvalResult:
