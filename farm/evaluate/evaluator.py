@@ -141,7 +141,7 @@ class Evaluator(Comparison):
         self._floor: dict | None = None
         self._kill_after = False
         self._null_run = False  # the candidate runner holds the task's own Model (confirm's null check)
-        self.lease = device_lease.for_device(spec.label)
+        self.lease = device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
 
     # ------------------------------------------------------------ trusted side
 

@@ -123,7 +123,7 @@ class OpSearch:
         self.ahead = None  # the compile-ahead pool (farm.evaluate.ahead) while a step runs, where configured
         self.fixed_paid = False  # this process paid the op's fixed costs (else it adopted stored ones)
         self.device_queue = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or devices[0].label, "device")
-        self.device_clock = pipeline.DeviceClock(target, [spec.label for spec in devices])
+        self.device_clock = pipeline.DeviceClock(target, devices)
 
     # ------------------------------------------------------------ state
 

@@ -108,9 +108,10 @@ def save_fixed(store: Store, prefix: str, identity: dict, fixed: dict) -> None:
 class DeviceClock:
     """The device's time per phase (farm.evaluate.lease) over one chunk, into the metrics."""
 
-    def __init__(self, target: str, labels: list[str]):
+    def __init__(self, target: str, specs: list):
         self.target = target
-        self.leases = {label: device_lease.for_device(label) for label in labels}
+        self.leases = {spec.label: device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
+                       for spec in specs}
         self.start: dict[str, dict[str, float]] = {}
 
     def begin(self) -> None:

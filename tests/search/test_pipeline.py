@@ -312,3 +312,40 @@ def test_compiling_ahead_an_autotuned_kernel_times_no_config_and_runs_nothing(tm
     # every config went through the compile-only path (no benchmark: on the interpreter, with no
     # device driver, Triton's benchmarker would fail), and no kernel ran
     assert "warm True 0.0 0" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def _time_in_another_process(lock_dir, out):
+    import os
+
+    os.environ["FARM_LEASE_DIR"] = lock_dir
+    lease = device_lease.DeviceLease("gpu:7")
+    for _ in range(3):
+        with lease.hold("timing"):
+            t0 = time.time()
+            time.sleep(0.1)
+            out.put(("timing", t0, time.time()))
+
+
+def test_the_lease_keeps_timing_alone_across_the_processes_of_a_host(tmp_path, monkeypatch):
+    import multiprocessing as mp
+
+    monkeypatch.setenv("FARM_LEASE_DIR", str(tmp_path))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    other = ctx.Process(target=_time_in_another_process, args=(str(tmp_path), out))
+    other.start()
+    lease = device_lease.DeviceLease("gpu:7")  # same label, this process: one lock file
+    spans = []
+    deadline = time.time() + 60
+    while other.is_alive() and time.time() < deadline:
+        for phase in ("verification", "timing"):
+            with lease.hold(phase):
+                t0 = time.time()
+                time.sleep(0.03)
+                spans.append((phase, t0, time.time()))
+    other.join(30)
+    while not out.empty():
+        spans.append(out.get())
+    assert sum(1 for s in spans if s[0] == "timing") >= 4
+    _assert_timing_alone(spans)
+    assert not device_lease.DeviceLease("cpu", host_wide=False).host_wide
