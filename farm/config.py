@@ -153,6 +153,10 @@ class QueueSettings:
         default=7200.0, metadata=_meta("Redis redelivers an unacked task after this; must exceed the chunk hard limit")
     )
     chunk_candidates: int = field(default=8, metadata=_meta("candidates per search chunk (one task)"))
+    ops_per_device: int = field(
+        default=1, metadata=_meta("search chunks (of different ops) a `farm worker` runs at once per device: Celery "
+                                  "pool processes, timings kept apart by the device lease (docs/search.md, Pipeline)")
+    )
     chunk_time_limit_s: float = field(
         default=1800.0,
         metadata=_meta("soft time limit of a chunk; no candidate starts after half of it; hard limit 10% + 5 s above"),
