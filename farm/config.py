@@ -153,6 +153,10 @@ class QueueSettings:
         default=7200.0, metadata=_meta("Redis redelivers an unacked task after this; must exceed the chunk hard limit")
     )
     chunk_candidates: int = field(default=8, metadata=_meta("candidates per search chunk (one task)"))
+    ops_per_device: int = field(
+        default=1, metadata=_meta("search chunks (of different ops) a `farm worker` runs at once per device: Celery "
+                                  "pool processes, timings kept apart by the device lease (docs/search.md, Pipeline)")
+    )
     chunk_time_limit_s: float = field(
         default=1800.0,
         metadata=_meta("soft time limit of a chunk; no candidate starts after half of it; hard limit 10% + 5 s above"),
@@ -192,10 +196,18 @@ class EvaluatorSettings:
         metadata=_meta("refuse to evaluate when no sandbox can be set up (on by default in `farm worker` and the "
                        "worker images)"),
     )
+    compile_workers: int = field(
+        default=-1,
+        metadata=_meta("compile-ahead processes per search (docs/search.md): -1 auto (min(4, cores - 1) on compiled "
+                       "targets, none on interpreted ones), 0 off, N"),
+    )
 
     def __post_init__(self) -> None:
         if self.sandbox not in ("auto", "off"):
             raise ConfigError(f"evaluator.sandbox must be 'auto' or 'off', not {self.sandbox!r}")
+        if not isinstance(self.compile_workers, int) or self.compile_workers < -1:
+            raise ConfigError(f"evaluator.compile_workers must be -1 (auto), 0 (off) or a positive count, "
+                              f"not {self.compile_workers!r}")
 
 
 @dataclass

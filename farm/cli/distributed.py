@@ -287,6 +287,8 @@ def worker(
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
     metrics_port: Annotated[Optional[int], typer.Option(
         min=0, max=65535, help="Serve Prometheus metrics of all these workers here (0: off; default metrics.port).")] = None,
+    ops_per_device: Annotated[Optional[int], typer.Option(
+        min=1, help="Search chunks run at once per device, timings kept apart (default queue.ops_per_device).")] = None,
 ) -> None:
     """Run one Celery worker process per device, each with its device mask set before anything loads."""
     _need_celery()
@@ -303,7 +305,8 @@ def worker(
 
         found = boundary.current(cfg.evaluator.sandbox, require)
         err.print(f"sandbox: {found.kind}" + (f" ({found.why})" if not found.on else ""), highlight=False)
-    specs = [WorkerSpec(pools, target, d, loglevel, log_dir) for d in parse_devices(target, devices)]
+    per_device = ops_per_device or cfg.queue.ops_per_device
+    specs = [WorkerSpec(pools, target, d, loglevel, log_dir, per_device) for d in parse_devices(target, devices)]
     _broker_answers(cfg.queue.broker_url)
     port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "

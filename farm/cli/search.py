@@ -112,6 +112,11 @@ def search(
     page: bool = report_cmd.ReportOption,
     profile: ProfileOpt = "farm",
     timing_mode: Annotated[str, TimingModeOpt] = "auto",
+    compile_workers: Annotated[Optional[int], typer.Option(
+        min=-1, help="Compile-ahead runners per search: -1 auto, 0 off (default: evaluator.compile_workers; "
+                     "docs/search.md, Pipeline).")] = None,
+    ops_per_device: Annotated[int, typer.Option(
+        min=1, help="Batch: ops searched at once per device, timings kept exclusive (docs/search.md, Pipeline).")] = 1,
     as_json: bool = JsonOption,
 ) -> None:
     """Evolutionary search for fast, verified kernels: one op, or every cached op of the sources."""
@@ -123,7 +128,7 @@ def search(
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
                           generators=tuple(g.name for g in gens), flush=check_flush(flush),
                           profile=profiles.get(profile).name,
-                          timing_mode=check_mode(timing_mode))
+                          timing_mode=check_mode(timing_mode), compile_workers=compile_workers)
     run = validate_name(run or _default_run_name(), "run", "--run")
     if ref_pt or task_file:
         if not (ref_pt and task_file):
@@ -138,7 +143,7 @@ def search(
         [ref] = corpus.find_tasks(s, source, [op], op_option="--op")
         rows = [_one(ref, load_reference(st, ref.source, ref.op), st, run, specs, gens, config, force, as_json)]
     else:
-        rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json)
+        rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json, ops_per_device)
     _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)")
 
 
@@ -162,7 +167,7 @@ def _bar_updater(progress, bar, name):
     return update
 
 
-def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_json) -> list[dict]:
+def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_json, ops_per_device=1) -> list[dict]:
     known = {(r.source, r.op): r for r in corpus.find_tasks(s, sources)}
     pairs = [p for p in cached_ops(st, sources) if p in known]
     if not pairs:
@@ -174,7 +179,8 @@ def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_jso
         rows = search_batch(refs, st, run, specs[0].target.name, specs, gens, config, retry_errors, force,
                             on_op=lambda phase, row: progress.update(
                                 bar, advance=0 if phase == "start" else 1,
-                                description=f"{row['source']}/{row['op']}: {row.get('status', 'searching')}"))
+                                description=f"{row['source']}/{row['op']}: {row.get('status', 'searching')}"),
+                            ops_per_device=ops_per_device)
     return rows
 
 

@@ -12,6 +12,7 @@ import inspect
 import itertools
 import re
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ REFERENCE_CLASSES = ("Reference", "ModelSglang", "ModelSGLang", "ModelVLLM", "Mo
 MODES = ("reference", "reference-data", "model")
 NOT_TASKS = ("__init__.py",)  # package markers sit beside task files in some corpora
 _counter = itertools.count()
+_exec_lock = threading.RLock()  # task files run one at a time (_exec_isolated)
 
 
 def validate_name(name: str, what: str, option: str = "") -> str:
@@ -307,7 +309,15 @@ def load_task(ref: TaskRef, shapes: str = "bench", reference: str | None = None)
 
 
 def _exec_isolated(path: Path) -> types.ModuleType:
-    """Own module name, and nothing the file added to sys.modules or sys.path stays behind."""
+    """Own module name, and nothing the file added to sys.modules or sys.path stays behind.
+    One at a time in a process: the clean-up drops what appeared in sys.modules from the task's
+    folder meanwhile, which would include another thread's task of that folder (several ops of
+    a batch searched at once, farm.search.batch)."""
+    with _exec_lock:
+        return _exec_isolated_unlocked(path)
+
+
+def _exec_isolated_unlocked(path: Path) -> types.ModuleType:
     name = f"farm_task_{next(_counter)}_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}"
     try:
         text = path.read_bytes()

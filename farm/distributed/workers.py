@@ -49,6 +49,9 @@ class WorkerSpec:
     device: int  # the device index; for cpu a slot number that only names the worker
     loglevel: str = "INFO"
     log_dir: Path | None = None
+    # Celery pool processes on the device: ops whose chunks share it (queue.ops_per_device); the
+    # device lease (farm.evaluate.lease) keeps their timings apart across the processes
+    concurrency: int = 1
 
     @property
     def queues(self) -> list[str]:
@@ -67,7 +70,7 @@ class WorkerSpec:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "celery", "-A", "farm.distributed.celery_app", "worker", "--pool", "prefork",
-               "--concurrency", "1", "--prefetch-multiplier", "1", "--task-events", "-Q", ",".join(self.queues),
+               "--concurrency", str(self.concurrency), "--prefetch-multiplier", "1", "--task-events", "-Q", ",".join(self.queues),
                "-n", self.hostname, "--loglevel", self.loglevel]
         if self.log_dir is not None:
             cmd += ["--logfile", str(self.log_dir / f"{self.name}.log")]

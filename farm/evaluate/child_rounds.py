@@ -19,6 +19,24 @@ from farm.runtime.tensors import clone_values, to_cpu
 class RoundsMixin:
     """Mixed into sandbox_child.Runner: uses its model(s), input sets, timer and launch log."""
 
+    def warm(self, key: str) -> dict:
+        """Compile-ahead (farm.evaluate.ahead): forward on an input set with every Triton launch
+        compiled but not run, so that Triton's cache on disk (shared with the device's runner)
+        holds the kernels before the device's runner asks for them. No kernel runs, so what the
+        forward computes is garbage and its errors are not the candidate's: they are reported,
+        never judged (the device's runner judges the real run)."""
+        if self.model is None:
+            return {"ok": False, "kind": "runtime_error", "error": "no model loaded"}
+        type(self.launches).compile_only = True
+        try:
+            self._forward(clone_values(self.inputs[key]))
+            error = ""
+        except BaseException as exc:  # noqa: BLE001 - garbage in, anything out
+            error = trim(f"{type(exc).__name__}: {exc}", 500)
+        finally:
+            type(self.launches).compile_only = False
+        return {"ok": True, "error": error}
+
     def time_round(self, slot: str | None, keys: list[str], mode: str, reps: int, calls: int = 0,
                    inplace_args: tuple = (), flush: str = "write", outputs: bool = False,
                    swap_key: str | None = None) -> dict:

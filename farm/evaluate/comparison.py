@@ -10,6 +10,7 @@ import time
 
 from farm.evaluate import speedup as speedups
 from farm.evaluate import timing
+from farm.evaluate.lease import TIMING
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
 from farm.evaluate.sandbox import SandboxDied
 from farm.runtime import compare
@@ -260,6 +261,10 @@ class Comparison:
         reads the result)."""
         if self.spec.target.interpret:  # the interpreter's timings would confirm nothing
             return {"timed": False, "runner": "none", "skipped": "interpreter timings are not kernel timings"}
+        with self.lease.hold(TIMING):  # the device alone, as for every timing (farm.evaluate.lease)
+            return self._confirm(source, name)
+
+    def _confirm(self, source: str, name: str) -> dict:
         null = self.null_check() if self.model_runs() else None
         self.candidates.kill()
         result = EvalResult(verdict="pass")

@@ -36,6 +36,7 @@ from farm.corpus import tasks as corpus
 from farm.corpus.inputs import draw_inputs
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
+from farm.evaluate import lease as device_lease
 from farm.evaluate import profiles, static_checks, timing
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.result import EvalResult
@@ -63,6 +64,10 @@ CACHE_MIN_GAIN_MS = 0.1
 # secrets are masked: stored in reports and databases and put into repair prompts.
 REASON_CHARS = 2000
 LOG_CHARS = 4000
+# what each stage does with the device (farm.evaluate.lease): timings hold it alone
+STAGE_PHASE = {"compile": device_lease.VERIFICATION, "verify": device_lease.VERIFICATION,
+               "verify_backward": device_lease.VERIFICATION, "time": device_lease.TIMING,
+               "compare": device_lease.TIMING, "time_backward": device_lease.TIMING}
 
 
 @dataclass
@@ -136,6 +141,7 @@ class Evaluator(Comparison):
         self._floor: dict | None = None
         self._kill_after = False
         self._null_run = False  # the candidate runner holds the task's own Model (confirm's null check)
+        self.lease = device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
 
     # ------------------------------------------------------------ trusted side
 
@@ -197,13 +203,27 @@ class Evaluator(Comparison):
                 if self.profile.derived_seeds and i < self.settings.fresh_seeds:
                     seed = profiles.trial_seed(int(self.data.get("seed", 0) or 0), i)
                 inputs = draw_inputs(self.task, seed)
-                reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
+                with self.lease.hold(device_lease.VERIFICATION):  # Reference on the device: never beside a timing
+                    reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
                 if not reply.get("ok"):
                     raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh seed: "
                                     f"{self._clean(str(reply.get('error')), REASON_CHARS)}")
                 cases.append((inputs, reply["outputs"]))
             self._cases = cases
         return self._cases
+
+    def fixed_costs(self) -> dict:
+        """What this evaluator paid once per op: the secret fresh-seed cases (inputs and the
+        truth on the target) and the baselines. The search stores them with its checkpoint so
+        that later chunks and other workers adopt them instead of paying again."""
+        return {"cases": None if self.uses_seed_sets else self._all_cases(), "baseline": self.baseline()}
+
+    def adopt(self, fixed: dict) -> None:
+        """Take the fixed costs another evaluator of this op paid (`fixed_costs`)."""
+        if fixed.get("cases") is not None and not self.uses_seed_sets:
+            self._cases = [(list(i), list(o)) for i, o in fixed["cases"]]
+        if fixed.get("baseline") is not None:
+            self._baseline = dict(fixed["baseline"])
 
     def baseline(self) -> dict:
         """Model (where it runs on the target) and Reference, timed like candidates."""
@@ -214,24 +234,27 @@ class Evaluator(Comparison):
                     base["reference_error"] = "no Reference: the task is in reference-data mode"
                     continue
                 try:
-                    run = self._reference_run(which, "pt", self.inputs)
-                    if not run.get("ok"):
-                        base[f"{key}_error"] = run.get("error", "")[-300:]
-                        continue
-                    reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"],
-                                                 options=self.settings.timing)
-                    if reply.get("ok"):
-                        base[f"{key}_ms"] = reply["stats"]["median_ms"]
-                        base[f"{key}_timing"] = reply["stats"]
-                    if self.backward is not None:
-                        reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"],
-                                                     options=self.backward.timing_options(self.data["grad_outputs"]))
-                        if reply.get("ok"):
-                            base[f"{key}_fwd_bwd_ms"] = reply["stats"]["median_ms"]
+                    with self.lease.hold(device_lease.TIMING):
+                        self._time_baseline(which, key, base)
                 except (SandboxDied, FarmError) as exc:
                     base[f"{key}_error"] = str(exc)[-300:]
             self._baseline = base
         return self._baseline
+
+    def _time_baseline(self, which: str, key: str, base: dict) -> None:
+        run = self._reference_run(which, "pt", self.inputs)
+        if not run.get("ok"):
+            base[f"{key}_error"] = run.get("error", "")[-300:]
+            return
+        reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"], options=self.settings.timing)
+        if reply.get("ok"):
+            base[f"{key}_ms"] = reply["stats"]["median_ms"]
+            base[f"{key}_timing"] = reply["stats"]
+        if self.backward is not None:
+            reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"],
+                                         options=self.backward.timing_options(self.data["grad_outputs"]))
+            if reply.get("ok"):
+                base[f"{key}_fwd_bwd_ms"] = reply["stats"]["median_ms"]
 
     # ------------------------------------------------------------ candidate side
 
@@ -244,7 +267,8 @@ class Evaluator(Comparison):
             self._frontend(source, result)
             for stage, run in self._stages(source, name, result):
                 t0 = time.monotonic()
-                value = run(first if stage == "verify" else None)
+                with self.lease.hold(STAGE_PHASE[stage]):
+                    value = run(first if stage == "verify" else None)
                 if stage == "compile":
                     first = value
                 result.stage_s[stage] = time.monotonic() - t0

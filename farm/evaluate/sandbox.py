@@ -130,6 +130,7 @@ class Sandbox:
         self.workdir: Path | None = None
         self.starts = 0
         self.output_nbytes: list[int] | None = None  # sizes the runner poisons before each run
+        self.extra_env: dict[str, str] = {}  # over the allow-listed environment (compile-ahead's runners)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -157,7 +158,7 @@ class Sandbox:
             # that a runner would import
             launcher = ("import sys; sys.path.pop(0); from farm.evaluate.sandbox_child import main; "
                         f"main({child_sock.fileno()}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
-            env = candidate_env(self.spec, self.workdir)
+            env = {**candidate_env(self.spec, self.workdir), **self.extra_env}
             argv = self._argv([sys.executable, "-c", launcher], env)
             self.proc = subprocess.Popen(
                 argv,

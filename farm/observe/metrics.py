@@ -56,6 +56,13 @@ BEST_SPEEDUP = Gauge("farm_best_speedup", "Best verified speedup over the origin
                      "per op.", ["target", "source", "op"], multiprocess_mode="max")
 DEVICE_BUSY = Gauge("farm_device_busy_ratio", "Fraction of the last search chunk's wall time that candidates spent in "
                     "compile, verify and timing on the device.", ["target", "device"], multiprocess_mode="livemax")
+# the search's pipeline (farm.evaluate.ahead, farm.evaluate.lease, docs/search.md "Pipeline")
+COMPILE_QUEUE = Gauge("farm_compile_queue_depth", "Candidates waiting for a compile-ahead runner (stage=compile) "
+                      "or, compiled, for the device (stage=device).", ["target", "device", "stage"],
+                      multiprocess_mode="livesum")
+DEVICE_TIME_SHARE = Gauge("farm_device_time_share", "Share of the last search chunk's wall time the device was held "
+                          "for timing, for verification, or idle.", ["target", "device", "phase"],
+                          multiprocess_mode="livemax")
 
 # ---------------------------------------------------------------- storage (farm.storage.metered, farm.storage.s3)
 

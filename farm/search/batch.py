@@ -1,10 +1,16 @@
-"""Search many ops one after another with a resume ledger (farm search without --op,
-farm run). Each op is an ordinary `search_op` call."""
+"""Search many ops with a resume ledger (farm search without --op, farm run). Each op is an
+ordinary `search_op` call; one after another, or `ops_per_device` at a time sharing the
+devices (docs/search.md "Pipeline"): an op alone leaves its device idle while its runners
+start, its references run and its candidates compile, and the device lease
+(farm.evaluate.lease) keeps every timing alone on the device whatever else runs.
+"""
 
 from __future__ import annotations
 
 import logging
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,36 +65,60 @@ def search_batch(
     force: bool = False,
     on_op: Callable[[str, dict], None] | None = None,
     on_event: Callable[[str, dict], None] | None = None,
+    ops_per_device: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every op: skipped per the ledger, or searched and recorded. Returns one row per op."""
+    """Every op: skipped per the ledger, or searched and recorded. Returns one row per op, in
+    the order of `refs`."""
     on_op = on_op or (lambda phase, row: None)
     done = ledger.read(store, run)
-    rows = []
+    rows: dict[str, dict] = {}
+    todo = []
     for ref in refs:
         name = ref.key
         if ledger.should_skip(done.get(name), retry_errors, force, config.max_tasks):
             row = {"source": ref.source, "op": ref.op, "status": "skipped",
                    "previous": done[name]["status"], **done[name].get("result", {})}
             row["status"] = "skipped"
-            rows.append(row)
+            rows[name] = row
             on_op("skipped", row)
-            continue
-        on_op("start", {"source": ref.source, "op": ref.op})
-        try:
-            data = load_reference(store, ref.source, ref.op)
-            outcome = search_op(ref, data, store, run, target, devices, generators, config, force=force,
-                                on_event=on_event)
-        except FarmError as exc:
-            outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc),
-                                transient=getattr(exc, "transient", False))
-        except KeyboardInterrupt:
-            log.warning("interrupted during %s: its checkpoint stays, the ledger does not mark it done", name)
-            raise
-        row = outcome.as_dict()
-        ledger.record(store, run, name, "error" if outcome.status == "failed" else "done", row)
-        rows.append(row)
-        on_op("done", row)
-    return rows
+        else:
+            todo.append(ref)
+    lock = threading.Lock()  # the ledger's and the callbacks' order
+
+    def one(ref: corpus.TaskRef) -> None:
+        with lock:
+            on_op("start", {"source": ref.source, "op": ref.op})
+        row = _search_one(ref, store, run, target, devices, generators, config, force, on_event)
+        with lock:
+            ledger.record(store, run, ref.key, "error" if row["status"] == "failed" else "done", row)
+            rows[ref.key] = row
+            on_op("done", row)
+
+    parallel = max(1, ops_per_device) * len(devices)
+    if parallel == 1 or len(todo) <= 1:
+        for ref in todo:
+            one(ref)
+    else:
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="farm-op") as pool:
+            for future in [pool.submit(one, ref) for ref in todo]:
+                future.result()
+    return [rows[ref.key] for ref in refs]
+
+
+def _search_one(ref: corpus.TaskRef, store: Store, run: str, target: str, devices: list[DeviceSpec],
+                generators: list[Generator], config: SearchConfig, force: bool,
+                on_event: Callable[[str, dict], None] | None) -> dict[str, Any]:
+    try:
+        data = load_reference(store, ref.source, ref.op)
+        outcome = search_op(ref, data, store, run, target, devices, generators, config, force=force,
+                            on_event=on_event)
+    except FarmError as exc:
+        outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc),
+                            transient=getattr(exc, "transient", False))
+    except KeyboardInterrupt:
+        log.warning("interrupted during %s: its checkpoint stays, the ledger does not mark it done", ref.key)
+        raise
+    return outcome.as_dict()
 
 
 def summarize(rows: list[dict], profile: str = "farm") -> dict[str, Any]:

@@ -25,7 +25,8 @@ from farm.evaluate import speedup as speedups
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.generators import Candidate, Context, Generator, Proposal
 from farm.reference.manifest import now
-from farm.search import results, selection
+from farm.observe import metrics
+from farm.search import pipeline, results, selection
 from farm.search.database import Database, Record, normalized_hash
 from farm.storage import Store
 from farm.storage.base import dump_json
@@ -53,6 +54,7 @@ class SearchConfig:
     flush: str = "write"  # the timer's cache flush: write (as do_bench) or clean (farm.evaluate.timing)
     profile: str = "farm"  # evaluation rules (farm.evaluate.profiles): farm or kernelbench
     timing_mode: str = "auto"  # auto (CUDA graph for short ops), events or graph (farm.evaluate.timing)
+    compile_workers: int | None = None  # compile-ahead runners (farm.evaluate.ahead); None: evaluator.compile_workers
 
 
 @dataclass
@@ -118,6 +120,10 @@ class OpSearch:
         self.errors: list[str] = []
         self.started = time.monotonic()
         self.started_at = now()  # wall clock, for reports; the first process's time survives a resume
+        self.ahead = None  # the compile-ahead pool (farm.evaluate.ahead) while a step runs, where configured
+        self.fixed_paid = False  # this process paid the op's fixed costs (else it adopted stored ones)
+        self.device_queue = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or devices[0].label, "device")
+        self.device_clock = pipeline.DeviceClock(target, devices)
 
     # ------------------------------------------------------------ state
 
@@ -261,34 +267,45 @@ class OpSearch:
     # ------------------------------------------------------------ evaluation
 
     def _evaluate(self, rec: Record, pool: Queue) -> None:
-        evaluator = pool.get()
-        try:
-            started = time.monotonic()
-            result = evaluator.evaluate(rec.source, name=rec.id)
-            with self.lock:
-                rec.verdict, rec.reason, rec.eval_s = result.verdict, result.reason[:2000], time.monotonic() - started
-                rec.device, rec.sandbox = evaluator.spec.label, result.sandbox
-                if result.passed:
-                    rec.time_ms = result.timing["median_ms"]
-                    rec.timing = {k: result.timing[k] for k in TIMING_KEPT if k in result.timing}
-                    rec.speedup_vs_model, rec.speedup_vs_reference = result.speedup_vs_model, result.speedup_vs_reference
-                    rec.comparison, rec.limit = result.comparison, result.limit
-                    if result.backward:
-                        rec.backward = {**result.backward,
-                                        "fwd_bwd_ms": (result.timing_backward or {}).get("median_ms"),
-                                        "speedup_fwd_bwd_vs_model": result.speedup_fwd_bwd_vs_model,
-                                        "speedup_fwd_bwd_vs_reference": result.speedup_fwd_bwd_vs_reference}
-                else:
-                    self.errors.append(f"{rec.id} ({rec.generator}) {result.verdict}: {result.reason[:500]}")
-                    if rec.parent and self.db.selections.get(rec.parent, 0) > 0:
-                        self.db.selections[rec.parent] -= 1  # a failed child does not use up its parent
-                self._window_update()
-        finally:
-            pool.put(evaluator)
+        started = time.monotonic()
+        # compile-ahead: checked and compiled off the device; a candidate failing there never takes a device turn
+        result = self.ahead.prepare(rec.source, rec.id) if self.ahead else None
+        device = self.devices[0].label
+        if result is None:
+            self.device_queue.inc()
+            evaluator = pool.get()
+            self.device_queue.dec()
+            try:
+                result = evaluator.evaluate(rec.source, name=rec.id)
+                device = evaluator.spec.label
+            finally:
+                pool.put(evaluator)
+        with self.lock:
+            self._record(rec, result, device, time.monotonic() - started)
         self.on_event("candidate", {"id": rec.id, "verdict": rec.verdict, "time_ms": rec.time_ms,
                                     "generator": rec.generator, "submitted": self.db.submitted,
                                     "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
                                     "device": rec.device, "sandbox": rec.sandbox})
+
+    def _record(self, rec: Record, result, device: str, eval_s: float) -> None:
+        """A verdict into the database (under the lock)."""
+        rec.verdict, rec.reason, rec.eval_s = result.verdict, result.reason[:2000], eval_s
+        rec.device, rec.sandbox = device, result.sandbox
+        if result.passed:
+            rec.time_ms = result.timing["median_ms"]
+            rec.timing = {k: result.timing[k] for k in TIMING_KEPT if k in result.timing}
+            rec.speedup_vs_model, rec.speedup_vs_reference = result.speedup_vs_model, result.speedup_vs_reference
+            rec.comparison, rec.limit = result.comparison, result.limit
+            if result.backward:
+                rec.backward = {**result.backward,
+                                "fwd_bwd_ms": (result.timing_backward or {}).get("median_ms"),
+                                "speedup_fwd_bwd_vs_model": result.speedup_fwd_bwd_vs_model,
+                                "speedup_fwd_bwd_vs_reference": result.speedup_fwd_bwd_vs_reference}
+        else:
+            self.errors.append(f"{rec.id} ({rec.generator}) {result.verdict}: {result.reason[:500]}")
+            if rec.parent and self.db.selections.get(rec.parent, 0) > 0:
+                self.db.selections[rec.parent] -= 1  # a failed child does not use up its parent
+        self._window_update()
 
     def _window_update(self) -> None:
         done = sum(1 for r in self.db.records.values() if r.verdict != "pending")
@@ -318,6 +335,10 @@ class OpSearch:
             self._evaluate(rec, pool)
             return True
 
+        if self.ahead is not None:  # the pipeline: a new candidate starts as soon as one ends
+            done = pipeline.run_window(executor, job, quota, slots)
+            self.chunks_done += 1
+            return done
         done = 0
         while done < quota:
             batch = [executor.submit(job) for _ in range(min(slots, quota - done))]
@@ -346,7 +367,8 @@ class OpSearch:
         try:
             for ev in evaluators:
                 pool.put(ev)
-            baseline = evaluators[0].baseline()
+            baseline = pipeline.fixed_costs(self, evaluators, reuse=not force)
+            self.ahead = pipeline.compile_ahead(self, evaluators[0])
             how = getattr(evaluators[0], "verification", None)  # replaying benchmark evaluators have none
             self.verified_by = how() if how else {}
             self.device_info = getattr(getattr(evaluators[0], "references", None), "device_info", {})
@@ -356,6 +378,8 @@ class OpSearch:
             stop = self._loop(pool, max_chunks)
             confirmation = self._confirm(evaluators[0]) if stop else None
         finally:
+            if self.ahead is not None:
+                self.ahead.close()
             for ev in evaluators:
                 ev.close()
         return self._finish(stop, baseline, confirmation) if stop else None
@@ -394,10 +418,14 @@ class OpSearch:
                     return stop
                 if max_chunks is not None and ran_chunks >= max_chunks:
                     return ""
+                self.device_clock.begin()
+                chunk_started = time.monotonic()
                 ran = self._run_chunk(executor, pool)
                 ran_chunks += 1
                 self.checkpoint()
-                self.on_event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted})
+                shares = self.device_clock.end(time.monotonic() - chunk_started)
+                self.on_event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted,
+                                        "device_share": shares})
                 if ran == 0:
                     if not self.db.records and self.seed_reasons:
                         return "no_seed"

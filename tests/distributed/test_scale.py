@@ -91,6 +91,8 @@ def test_worker_specs_pin_one_device_each():
     assert cpu.env({})["TRITON_INTERPRET"] == "1" and cpu.env({})["CUDA_VISIBLE_DEVICES"] == ""
     assert WorkerSpec(("reference", "search"), "cpu", 0).queues == ["reference.cpu", "search.cpu"]
     assert parse_devices("cuda", "0, 1 2") == [0, 1, 2]
+    shared = WorkerSpec(("search",), "cuda", 0, concurrency=3).command()  # queue.ops_per_device
+    assert shared[shared.index("--concurrency") + 1] == "3"
 
 
 def _children(pid: int) -> list[int]:

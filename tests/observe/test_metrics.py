@@ -203,7 +203,7 @@ def test_names_follow_prometheus_conventions_and_labels_stay_bounded():
     from prometheus_client.metrics import MetricWrapperBase
 
     found = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
-    assert len(found) == 13
+    assert len(found) == 15
     unbounded = {"id", "candidate", "candidate_id", "task_id", "path", "key", "error", "message", "pid"}
     for m in found:
         assert re.fullmatch(r"farm_[a-z_]+", m._name), m._name

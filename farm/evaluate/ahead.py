@@ -1,0 +1,149 @@
+"""Compile-ahead: candidates checked and compiled on the host's CPU cores while the device
+verifies and times earlier ones (the search's pipeline, docs/search.md "Pipeline").
+
+A search used to keep its device's runner busy with Triton's JIT compiles: a new candidate's
+first run compiles every kernel it launches (LLVM, ptxas: tenths of a second to seconds each)
+while the device waits, one candidate at a time. `CompileAhead` keeps a bounded pool of
+candidate runners of its own (the same sandbox, the same device pinning and, what matters,
+the same TRITON_CACHE_DIR as the device's runner). For each candidate it:
+
+1. runs the static checks (a failure is the verdict the evaluator would give, at no cost);
+2. loads the source in one of its runners: a candidate that fails to import, defines no
+   ModelNew or cannot be built gets the verdict the evaluator's compile stage would give, and
+   one that hangs or kills its runner there gets `timeout` or `crash`, under the same limit;
+3. runs forward once with every Triton launch turned into Triton's own warm-up (compile, write
+   the cache, launch nothing: `JITFunction.run(warmup=True)`). The device's runner then finds
+   each kernel in the cache on disk. A hang here (a compiler that never returns) is the
+   candidate's `timeout` within the compile limit, where the device's runner would have met
+   it, and costs the device nothing. Nothing else here is a verdict: no kernel ran, so forward
+   computed on garbage, and an error or a crash (a size read from an unwritten output, the
+   memory limit) may be the garbage's; the device's runner judges the real run (a real crash
+   there is quick). After an error the runner is replaced: garbage may have broken its device
+   context. The one case where garbage could change a verdict: a forward whose host loop
+   waits on values its kernels compute would hang here, `timeout`, where the real run ends.
+
+Why this route and not Triton's compile API from recorded launch signatures: the launches a
+candidate makes (their specialisations, constexprs, autotuner configs) are only known by
+running its Python, and a warm-up launch inside its own forward records and compiles exactly
+those, autotune configs included (an autotuner in a warm runner compiles every config and
+times none, sandbox_child._compile_only_autotune, and its disk cache is kept off, so no choice
+made on garbage timings reaches the device's runner). On a CUDA host the warm runner
+holds a CUDA context but launches no Triton kernel (the candidate's PyTorch calls around its
+kernels, allocations and small copies, do run); on the interpreter there is nothing to compile, so
+the automatic pool size there is 0 (the old, sequential path; tests ask for a pool).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from queue import Queue
+
+from farm.config import current_settings, mask_secrets, secret_values
+from farm.evaluate import static_checks
+from farm.evaluate.boundary import Boundary
+from farm.evaluate.result import EvalResult
+from farm.evaluate.result import nbytes as _nbytes
+from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.observe import metrics
+from farm.runtime.isolation import trim
+from farm.targets import DeviceSpec
+
+AUTO_MAX = 4  # compile-ahead runners per search at most, by default
+
+
+def pool_size(requested: int | None, spec: DeviceSpec) -> int:
+    """Runners to keep: `requested` (None: evaluator.compile_workers; -1: automatic)."""
+    if requested is None:
+        requested = current_settings().evaluator.compile_workers
+    if requested >= 0:
+        return requested
+    if spec.target.interpret:
+        return 0  # interpreted kernels are not compiled: nothing to do ahead
+    return max(0, min(AUTO_MAX, (os.cpu_count() or 1) - 1))
+
+
+class CompileAhead:
+    """A bounded pool of runners that check and compile candidates before their device turn.
+    `prepare` blocks while every runner is busy: callers are the search's bounded set of
+    candidates in flight, so neither the queue nor memory grows with the budget."""
+
+    def __init__(self, specs: list[DeviceSpec], size: int, init_inputs: list, inputs: list, expected: list,
+                 limits: Limits, boundary: Boundary, target: str):
+        self.limits = limits
+        self.init_inputs, self.inputs = init_inputs, inputs
+        self.secrets = secret_values(current_settings())
+        self.free: Queue[Sandbox] = Queue()
+        self.runners: list[Sandbox] = []
+        for i in range(size):  # spread over the search's devices: one CUDA context more per device at most
+            box = Sandbox(specs[i % len(specs)], limits, boundary)
+            box.output_nbytes = _nbytes(expected)
+            box.extra_env = {"TRITON_CACHE_AUTOTUNING": "0"}  # no autotune choice made on garbage timings
+            self.runners.append(box)
+            self.free.put(box)
+        self.depth = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or specs[0].label, "compile")
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self.prepared = 0  # candidates handed on to the device
+        self.judged = 0  # candidates given their verdict here
+
+    def prepare(self, source: str, name: str) -> EvalResult | None:
+        """The verdict where the candidate fails before it needs the device; None where it is
+        ready for the device (its kernels in the cache)."""
+        started = time.monotonic()
+        verdict, reason = static_checks.static_verdict(source)
+        if verdict:
+            return self._judged(EvalResult(verdict=verdict, reason=reason), started)
+        self._wait(+1)
+        box = self.free.get()
+        self._wait(-1)
+        try:
+            result = self._warm(box, source, name)
+        finally:
+            self.free.put(box)
+        if result is not None:
+            return self._judged(result, started)
+        with self.lock:
+            self.prepared += 1
+        return None
+
+    def _warm(self, box: Sandbox, source: str, name: str) -> EvalResult | None:
+        try:
+            reply = box.call("load_source", self.limits.compile_s, source=source, init_inputs=self.init_inputs,
+                             name=name)
+            if not reply.get("ok"):
+                box.kill()  # as the evaluator does after a failed load: the next candidate starts clean
+                error = reply.get("error", "")
+                kind = reply.get("kind", "runtime_error")
+                return EvalResult(verdict=kind, reason=error.strip().splitlines()[-1] if error.strip() else kind,
+                                  log=error)
+        except SandboxDied as died:  # while loading: the device's runner would meet exactly this
+            return EvalResult(verdict=died.kind, reason=str(died).splitlines()[0], log=str(died))
+        try:
+            reply = box.with_inputs("warm", self.limits.compile_s, "pt", self.inputs)
+        except SandboxDied as died:
+            if died.kind == "timeout":  # a compiler (or forward) that never returns: not on the device's time
+                return EvalResult(verdict="timeout", reason=str(died).splitlines()[0], log=str(died))
+            return None  # a crash may come from the garbage (a size read from an unwritten output): judged there
+        if reply.get("error"):
+            box.kill()  # garbage may have broken the runner's device context: the next candidate gets a fresh one
+        return None
+
+    def _judged(self, result: EvalResult, started: float) -> EvalResult:
+        result.reason = trim(mask_secrets(result.reason or "", self.secrets), 2000)
+        result.log = trim(mask_secrets(result.log or "", self.secrets), 4000)
+        result.stage_s["ahead"] = result.stage_s["total"] = time.monotonic() - started
+        result.sandbox = self.runners[0].boundary.kind if self.runners else ""
+        with self.lock:
+            self.judged += 1
+        return result
+
+    def _wait(self, delta: int) -> None:
+        with self.lock:
+            self.waiting += delta
+        self.depth.inc(delta)
+
+    def close(self) -> None:
+        for box in self.runners:
+            box.close()
