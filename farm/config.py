@@ -197,9 +197,9 @@ class EvaluatorSettings:
                        "worker images)"),
     )
     compile_workers: int = field(
-        default=-1,
-        metadata=_meta("compile-ahead processes per search (docs/search.md): -1 auto (min(4, cores - 1) on compiled "
-                       "targets, none on interpreted ones), 0 off, N"),
+        default=0,
+        metadata=_meta("compile-ahead processes per search (docs/search.md): 0 off (default until measured on a "
+                       "GPU), -1 auto (min(4, cores - 1) on compiled targets, none on interpreted ones), N"),
     )
 
     def __post_init__(self) -> None:
