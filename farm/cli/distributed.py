@@ -276,6 +276,21 @@ def _pools(pool: list[str]) -> tuple[str, ...]:
     return names
 
 
+def _device_here(target) -> None:
+    """A worker serves a queue of real devices: on a host without the target's device it would
+    take tasks only to fail each (or, through a stand-in, report CPU figures under the target's
+    name), so it does not start. `farm run --target ascend` is the labelled stand-in."""
+    from farm.targets import has_device
+
+    why = target.unusable()
+    if why:
+        raise FarmError(f"farm worker --target {target.name}: {why}")
+    if target.stand_in is not None and not has_device(target):
+        raise FarmError(f"farm worker --target {target.name}: this host has no {target.name} device (none of "
+                        f"{', '.join(target.device_nodes)}); a worker serves the queues of real devices only. Start it "
+                        f"on a host with the device, or use `farm run --target {target.name}` here for the CPU stand-in")
+
+
 @handle_errors
 def worker(
     ctx: typer.Context,
@@ -294,7 +309,7 @@ def worker(
     _need_celery()
     from farm.distributed.workers import Supervisor, WorkerSpec, parse_devices
 
-    get_target(target)
+    _device_here(get_target(target))
     cfg, origin = settings_with_origin(ctx)  # a bad config fails here, not in every child
     pools = _pools(pool)
     child_env = settings_env(ctx)

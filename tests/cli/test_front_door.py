@@ -214,6 +214,18 @@ def test_status_and_fetch_know_the_runs_farm_run_makes(cli, tmp_path):
     assert (tmp_path / "kernels" / "cpu" / "mini" / "scale2.py").is_file()
 
 
+def test_worker_for_a_device_this_host_lacks_does_not_start(cli):
+    """A worker on the ascend queue of a host without an NPU would take tasks only to fail them
+    (or time the CPU stand-in under the NPU's name): it refuses, naming the device and the way out."""
+    pytest.importorskip("celery")
+    from farm.targets import get_target, has_device
+
+    if has_device(get_target("ascend")):
+        pytest.skip("this host has an NPU")
+    flat = one_line_error(cli("worker", "--pool", "search", "--target", "ascend"), 2, "has no ascend device")
+    assert "farm run --target ascend" in flat
+
+
 def test_worker_with_an_unreachable_broker_fails_fast(cli, monkeypatch):
     pytest.importorskip("kombu")
     from tests.s3_server import free_port
