@@ -20,12 +20,9 @@ A candidate is shape-specialized: inductor compiled it for the exact shapes, str
 dtypes, constructor arguments and non-tensor inputs of the capture, and the candidate
 asserts all of them.
 
-On the cpu target (Triton interpreter), inductor is asked for Triton via
-`torch._inductor.config.cpu_backend = "triton"`. Its code generation asks the (absent)
-Triton driver for a backend hash, which the child replaces with a constant; kernels are not
-executed during capture (the interpreter cannot run inductor's `libdevice` calls), so the
-first config is taken; the assembled candidate maps `libdevice.f` to `tl.math.f`, which the
-interpreter implements, and refuses (no seed) when a function has no such equivalent."""
+On the cpu target (how the capture gets Triton there: farm.generators.inductor.capture), the
+candidate maps `libdevice.f` to `tl.math.f`, which the interpreter implements, and refuses (no
+seed) when a function has no such equivalent."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""torch.compile a task's Reference and turn inductor's Triton output into a ModelNew candidate.
-
-Two halves, used by farm.generators.inductor.generator:
+"""torch.compile a task's Reference and record inductor's Triton output (farm.generators.inductor.assemble
+turns it into a ModelNew candidate; both are used by farm.generators.inductor.generator).
 
 capture (child side, `capture_child`)
     Runs in a child process pinned to the target (farm.runtime.isolation.run_in_child): loads the
@@ -20,8 +19,7 @@ On the cpu target (Triton interpreter), inductor is asked for Triton via
 `torch._inductor.config.cpu_backend = "triton"`. Its code generation asks the (absent)
 Triton driver for a backend hash, which the child replaces with a constant; kernels are not
 executed during capture (the interpreter cannot run inductor's `libdevice` calls), so the
-first config is taken; the assembled candidate maps `libdevice.f` to `tl.math.f`, which the
-interpreter implements, and refuses (no seed) when a function has no such equivalent."""
+first config is taken (farm.generators.inductor.assemble maps libdevice for the interpreter)."""
 
 from __future__ import annotations
 
