@@ -17,10 +17,13 @@ AKG_NOT_SOURCES = {"sglang/class_method"}
 
 
 def _akg_base(root: Path) -> Path | None:
-    # the checkout's own layout first: a checkout holds task folders at every depth
-    for base in (root / "akg_agents" / AKG_CORPUS, root / AKG_CORPUS, root):
+    """thirdparty/ inside a checkout or its akg_agents/, or `root` itself where it holds one of
+    AKG's original folders (any folder of .py files would otherwise pass for a corpus)."""
+    for base in (root / "akg_agents" / AKG_CORPUS, root / AKG_CORPUS):
         if base.is_dir() and any(_akg_task_folders(base)):
             return base
+    if any((root / sub).is_dir() for sub in AKG_FOLDERS.values()) and any(_akg_task_folders(root)):
+        return root
     return None
 
 
@@ -28,11 +31,11 @@ def _akg_task_folders(base: Path):
     """Folders under thirdparty/ that hold task files of their own, at any depth (AKG adds
     folders between releases: attention_kernels/, pytorch/group_N/)."""
     for folder in sorted(p for p in base.rglob("*") if p.is_dir()):
-        rel = folder.relative_to(base).as_posix()
-        if rel in AKG_NOT_SOURCES or any(part.startswith((".", "_")) for part in folder.relative_to(base).parts):
+        rel = folder.relative_to(base)
+        if rel.as_posix() in AKG_NOT_SOURCES or any(part.startswith((".", "_")) for part in rel.parts):
             continue
         if any(f.name != "__init__.py" for f in folder.glob("*.py")):  # a package marker is no task
-            yield rel, folder
+            yield rel.as_posix(), folder
 
 
 def akg_source_name(rel: str) -> str:

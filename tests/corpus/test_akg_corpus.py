@@ -125,6 +125,7 @@ def test_a_comparison_class_is_tried_at_the_files_own_shapes_when_none_can_be_de
 
 
 def test_akg_root_that_is_not_a_checkout_is_a_clear_error(tmp_path):
+    write_task(tmp_path / "my_scripts", "scale2", akg_style.PURE_SGLANG)  # .py files, but not AKG's layout
     settings, _ = load_settings(overrides={"corpus.akg_root": str(tmp_path)})
     with pytest.raises(FarmError, match="corpus.akg_root: .* is not an AKG checkout"):
         corpus.find_tasks(settings)
