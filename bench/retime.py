@@ -129,7 +129,7 @@ def passing_metas(store, run: str) -> list[dict]:
     """The best passing kernel of every op of the run, promoted or not, with the figures the run
     reported for it (the confirmation's where it was re-timed): issue 19's bar is every op that
     gets a passing kernel, not only those that beat the Model."""
-    from farm.search.results import confirmed_figures_of_report
+    from farm.search.results import figures_of
 
     metas = []
     for info in sorted(store.list(f"runs/{run}/"), key=lambda i: i.key):
@@ -140,7 +140,7 @@ def passing_metas(store, run: str) -> list[dict]:
         if not best or best.get("verdict") != "pass":
             continue
         prefix = info.key.rsplit("/", 1)[0]
-        metas.append({"source": rep["source"], "op": rep["op"], **confirmed_figures_of_report(rep),
+        metas.append({"source": rep["source"], "op": rep["op"], **figures_of(rep.get("confirmation"), rep["best"]),
                       "kernel_key": f"{prefix}/candidates/{best['id']}.py",
                       "promoted": bool((rep.get("promotion") or {}).get("allowed"))})
     return metas

@@ -91,26 +91,21 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
 
 def confirmed_figures(summary: dict[str, Any], rec: Record) -> dict[str, Any]:
     """The figures a promoted kernel is reported with: the re-timing's where there is one."""
-    conf = summary.get("confirmation") or {}
+    return figures_of(summary.get("confirmation"), candidate_row(rec))
+
+
+def figures_of(confirmation: dict | None, best: dict[str, Any]) -> dict[str, Any]:
+    """The end-of-search re-timing's figures where it has them, else the best candidate's row
+    (candidate_row, as report.json stores it under "best")."""
+    conf = confirmation or {}
     if conf.get("time_ms") is not None:
         return {"time_ms": conf["time_ms"], "timing_mode": (conf.get("timing") or {}).get("mode", "?"),
                 "speedup_vs_model": (conf.get("model") or {}).get("ratio"),
                 "speedup_vs_reference": (conf.get("reference") or {}).get("ratio"),
                 "limit": conf.get("limit"), "fraction_of_limit": (conf.get("limit") or {}).get("fraction")}
-    return {"time_ms": rec.time_ms, "timing_mode": (rec.timing or {}).get("mode", "events"),
-            "speedup_vs_model": rec.speedup_vs_model, "speedup_vs_reference": rec.speedup_vs_reference,
-            "limit": rec.limit, "fraction_of_limit": (rec.limit or {}).get("fraction")}
-
-
-def confirmed_figures_of_report(report: dict[str, Any]) -> dict[str, Any]:
-    """confirmed_figures from a stored report.json (the best candidate's row in place of its record)."""
-    best = report.get("best") or {}
-    conf = report.get("confirmation") or {}
-    if conf.get("time_ms") is not None:
-        return {"time_ms": conf["time_ms"], "timing_mode": (conf.get("timing") or {}).get("mode", "?"),
-                "speedup_vs_model": (conf.get("model") or {}).get("ratio")}
     return {"time_ms": best.get("time_ms"), "timing_mode": (best.get("timing") or {}).get("mode", "events"),
-            "speedup_vs_model": best.get("speedup_vs_model")}
+            "speedup_vs_model": best.get("speedup_vs_model"), "speedup_vs_reference": best.get("speedup_vs_reference"),
+            "limit": best.get("limit"), "fraction_of_limit": (best.get("limit") or {}).get("fraction")}
 
 
 def _unseen(verified: dict) -> str:
