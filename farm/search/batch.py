@@ -84,11 +84,12 @@ def search_batch(
         else:
             todo.append(ref)
     lock = threading.Lock()  # the ledger's and the callbacks' order
+    cancel = threading.Event()
 
     def one(ref: corpus.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
-        row = _search_one(ref, store, run, target, devices, generators, config, force, on_event)
+        row = _search_one(ref, store, run, target, devices, generators, config, force, on_event, cancel)
         with lock:
             ledger.record(store, run, ref.key, "error" if row["status"] == "failed" else "done", row)
             rows[ref.key] = row
@@ -99,19 +100,33 @@ def search_batch(
         for ref in todo:
             one(ref)
     else:
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="farm-op") as pool:
-            for future in [pool.submit(one, ref) for ref in todo]:
-                future.result()
+        _run_parallel(one, todo, parallel, cancel)
     return [rows[ref.key] for ref in refs]
+
+
+def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskRef], parallel: int,
+                  cancel: threading.Event) -> None:
+    """The ops `parallel` at a time. Ctrl-C or SIGTERM reach the main thread only: on either (or
+    an op's unexpected error) the ops not started are dropped and the running ones are told to
+    stop at their next candidate, so the process ends in seconds, not after every op's budget."""
+    pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="farm-op")
+    try:
+        for future in [pool.submit(one, ref) for ref in todo]:
+            future.result()
+    except BaseException:
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _search_one(ref: corpus.TaskRef, store: Store, run: str, target: str, devices: list[DeviceSpec],
                 generators: list[Generator], config: SearchConfig, force: bool,
-                on_event: Callable[[str, dict], None] | None) -> dict[str, Any]:
+                on_event: Callable[[str, dict], None] | None, cancel: threading.Event) -> dict[str, Any]:
     try:
         data = load_reference(store, ref.source, ref.op)
         outcome = search_op(ref, data, store, run, target, devices, generators, config, force=force,
-                            on_event=on_event)
+                            on_event=on_event, cancel=cancel)
     except FarmError as exc:
         outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc),
                             transient=getattr(exc, "transient", False))

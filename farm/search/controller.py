@@ -94,7 +94,7 @@ class OpSearch:
     def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
                  eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
-                 evaluator_factory: Callable[..., Evaluator] = Evaluator):
+                 evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
         self.ref = task_ref
         self.data = ref_data
         self.store = store
@@ -106,6 +106,9 @@ class OpSearch:
         self.eval_settings = eval_settings
         self.on_event = on_event or (lambda kind, info: None)
         self.evaluator_factory = evaluator_factory  # benchmarks replay recorded timings through it
+        # set when the batch is interrupted: this search runs in a worker thread, where Ctrl-C and
+        # SIGTERM never arrive, so it stops at its next candidate instead of finishing its budget
+        self.cancel = cancel
         self.prefix = results.op_prefix(run, task_ref.source, task_ref.op)
         self.lock = threading.Lock()
         self.rng = random.Random(config.seed)
@@ -323,12 +326,19 @@ class OpSearch:
             return "converged"
         return ""
 
+    def _raise_if_cancelled(self) -> None:
+        """An interrupted batch ends its op searches as an interrupted `farm search` ends its one:
+        checkpoint kept, not marked done."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise KeyboardInterrupt
+
     def _run_chunk(self, executor: ThreadPoolExecutor, pool: Queue) -> int:
         chunk = self.chunks_done
         quota = min(self.config.chunk_size, self.config.max_tasks - self.db.submitted)
         slots = len(self.devices) * self.config.max_concurrent
 
         def job() -> bool:
+            self._raise_if_cancelled()
             rec = self._next(chunk)
             if rec is None:
                 return False
@@ -413,6 +423,7 @@ class OpSearch:
         ran_chunks = 0
         with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="farm-search") as executor:
             while True:
+                self._raise_if_cancelled()
                 stop = self._stop_reason()
                 if stop:
                     return stop
@@ -501,11 +512,12 @@ def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, 
               devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
               eval_settings: EvalSettings | None = None, force: bool = False,
               on_event: Callable[[str, dict], None] | None = None,
-              evaluator_factory: Callable[..., Evaluator] = Evaluator) -> OpOutcome:
+              evaluator_factory: Callable[..., Evaluator] = Evaluator,
+              cancel: threading.Event | None = None) -> OpOutcome:
     """Search one op; errors of the task or its reference data become a `failed` outcome."""
     try:
         return OpSearch(task_ref, ref_data, store, run, target, devices, generators, config, eval_settings,
-                        on_event, evaluator_factory).run(force=force)
+                        on_event, evaluator_factory, cancel).run(force=force)
     except FarmError as exc:
         return OpOutcome(task_ref.source, task_ref.op, "failed", "error", error=str(exc),
                          transient=getattr(exc, "transient", False))

@@ -278,6 +278,42 @@ def test_a_batch_searches_several_ops_at_once_on_one_device(tmp_path):
     assert set(ledger.read(store, "both")) == {r.key for r in refs}
 
 
+
+def test_an_interrupted_batch_of_parallel_ops_stops_at_their_next_candidate(tmp_path):
+    """Ctrl-C and SIGTERM reach the main thread only. Before the fix, the ops searching in worker
+    threads ran their whole budgets after an interrupt (found on an H100: a `timeout`-ed batch
+    search outlived its SIGTERM by minutes)."""
+    import os
+    import signal
+
+    from farm.generators import load_generator
+    from farm.search import ledger
+    from farm.search.batch import search_batch
+
+    store = open_store(f"file://{tmp_path / 'store'}")
+    settings, _ = load_settings(overrides={"corpus.tasks_dir": ""})
+    refs = find_tasks(settings, ["demo"], ["row_sum", "vector_add_scale"])
+    assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
+    after = []
+    interrupted = threading.Event()
+
+    def on_event(kind, info):
+        if kind != "candidate":
+            return
+        if interrupted.is_set():
+            after.append(info)
+        else:
+            interrupted.set()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    config = SearchConfig(max_tasks=12, max_concurrent=1, chunk_size=4, generators=("tune",), compile_workers=0,
+                          early_stop=False)
+    with pytest.raises(KeyboardInterrupt):
+        search_batch(refs, store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config, on_event=on_event,
+                     ops_per_device=2)
+    assert len(after) <= 2, after  # each running op finishes the candidate it had in hand, no more
+    assert ledger.read(store, "ctrlc") == {}  # neither marked done: both resume from their checkpoints
+
 AUTOTUNED = '''
 import torch, triton, triton.language as tl
 from farm import targets
