@@ -178,6 +178,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - one op's failure is its row
                 row = {"op": f"{meta['source']}/{meta['op']}", "error": f"{type(exc).__name__}: {exc}"[:300]}
             rows.append(row)
+            write_summary(rows, args.json)
             if "error" in row:
                 print(f"{row['op']:50} error: {row['error']}", flush=True)
             else:
@@ -187,15 +188,21 @@ def main() -> None:
                       f"({row['model_ms'] * 1e3:.2f} / {row['best_ms'] * 1e3:.2f} us) {diff}"
                       + (f" vs compile (kernel) {row['vs_compile_kernel']:.2f}" if "vs_compile_kernel" in row else ""),
                       flush=True)
+    print(json.dumps(write_summary(rows, args.json)))
+
+
+def write_summary(rows: list[dict], path: Path | None) -> dict:
+    """The bar over the rows so far, written to `path` after every op: a run stopped by its
+    time box keeps what it measured."""
     checked = [r for r in rows if "agree" in r]
     agree = sum(r["agree"] for r in checked)
     # the bar is on promoted kernels: a passing kernel slower than the Model is not promoted
     slower = [r["op"] for r in rows if r.get("independent") is not None and r["independent"] < 1.0 and r.get("promoted")]
     summary = {"ops": len(rows), "checked": len(checked), "agree_within_10pct": agree,
                "share": agree / len(checked) if checked else None, "slower_than_model_independent": slower}
-    print(json.dumps(summary))
-    if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+    if path:
+        path.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+    return summary
 
 
 if __name__ == "__main__":

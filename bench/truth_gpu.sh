@@ -8,7 +8,9 @@
 #
 # bundled: tasks/{demo,sglang,vllm_triton,vllm_torch}; akg: every source of corpus.akg_root
 # (farm/corpus/akg.py), AKG's files unchanged. The store lives in /tmp/truth-<corpus> so that a
-# later call on the same (warm) machine can re-time it again. Timing: the evaluator's default
+# later call on the same (warm) machine can go on: STEPS (default "reference search retime") picks
+# the steps of this call, and a search given the same run resumes where the last one stopped.
+# SEARCH_ARGS: more `farm search` options (e.g. --ops-per-device 4 for a corpus of 100 ops). Timing: the evaluator's default
 # (--timing-mode auto: a CUDA graph for ops whose original runs under 20 us, else events with a
 # 256 MB flush), and retime.py follows the mode each figure was taken in. JOBS (default 1): ops
 # whose reference data is made at once (farm reference --jobs), not yet tried on a GPU.
@@ -28,6 +30,9 @@ else
 fi
 src_args=$(for s in $sources; do printf -- "--source %s " "$s"; done)
 echo "corpus $corpus: sources $sources"
+steps=" ${STEPS:-reference search retime} "
+has() { [[ "$steps" == *" $1 "* ]]; }
+if has reference; then
 timeout "${4:-600}" python3 -m farm reference $src_args --store "$store" --device 0 --jobs "${JOBS:-1}" --json \
   > "$OUT/${corpus}_reference.json" 2> "$OUT/${corpus}_reference.err"
 echo "reference rc=$? at $(( $(date +%s) - start ))s"
@@ -41,9 +46,23 @@ for r in rows:
     if not r.get("success"):
         print("  failed", r["source"], r["op_name"], r.get("stage"), (r.get("error") or "").splitlines()[-1:])
 EOF
+fi
+if has search; then
+# progress: ops the batch has recorded so far, every 30 s (the search prints JSON only at its end)
+( while sleep 30; do python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])).get("ops", {})
+ok = sum(1 for r in d.values() if (r.get("result") or {}).get("status") == "succeeded")
+print("search:", len(d), "ops done,", ok, "succeeded", flush=True)' "/tmp/truth-$corpus/runs/$run/ledger.json" 2>/dev/null
+  done ) &
+watcher=$!
+# shellcheck disable=SC2086 # src_args and SEARCH_ARGS are lists of options
 timeout "$search_s" python3 -m farm search $src_args --target cuda --max-tasks "${MAX_TASKS:-2}" --max-concurrent 1 \
-  --generators "${GENERATORS:-tune}" --store "$store" --run "$run" --json > "$OUT/${corpus}_search.json" 2> "$OUT/${corpus}_search.err"
+  --generators "${GENERATORS:-tune}" --store "$store" --run "$run" ${SEARCH_ARGS:-} --json \
+  > "$OUT/${corpus}_search.json" 2> "$OUT/${corpus}_search.err"
 echo "search rc=$? at $(( $(date +%s) - start ))s"
+kill "$watcher" 2>/dev/null
+fi
+has retime || exit 0
 timeout "${RETIME_S:-240}" python3 bench/retime.py "$store" --target cuda --run "$run" --passing \
   --json "$OUT/${corpus}_retime.json" ${RETIME_ARGS:-} 2>&1 | tee "$OUT/${corpus}_retime.log"
 echo "retime at $(( $(date +%s) - start ))s"
