@@ -7,15 +7,23 @@ May import: farm.corpus.tasks and lower stages.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from farm.corpus import tasks as corpus
 from farm.errors import TaskError
 from farm.runtime.tensors import same_values, seed_all
 
 
+# torch's global generator (and its deterministic-fill switch) is one per process: where several
+# ops are searched in threads of one process (--ops-per-device), a draw seeded in one thread was
+# advanced by another's, and the task was called nondeterministic. Seeding and drawing take turns.
+_DRAWING = threading.RLock()
+
+
 def draw_init_inputs(task: corpus.Task, seed: int) -> list:
-    seed_all(seed)
-    init_inputs = task.init_inputs()
+    with _DRAWING:
+        seed_all(seed)
+        init_inputs = task.init_inputs()
     corpus.check_init_arity(task, init_inputs)
     return init_inputs
 
@@ -44,9 +52,10 @@ def filled_uninitialised_memory():
 
 
 def draw_seeded(task: corpus.Task, seed: int) -> list:
-    seed_all(seed)
-    with filled_uninitialised_memory():
-        return task.inputs()
+    with _DRAWING:
+        seed_all(seed)
+        with filled_uninitialised_memory():
+            return task.inputs()
 
 
 def draw_inputs(task: corpus.Task, seed: int) -> list:

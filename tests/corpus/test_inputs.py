@@ -1,0 +1,59 @@
+"""Seeded draws of a task's inputs from several threads of one process (ops searched at once on
+one device, --ops-per-device): each thread gets what a draw alone gets."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from farm.corpus import tasks as corpus
+from farm.corpus.inputs import draw_inputs, draw_seeded
+
+# get_inputs() lets other threads run between its draws, as a slow allocation or a big draw does
+SLOW_DRAW = '''
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, *xs):
+        return sum(x.sum() for x in xs)
+
+
+def get_inputs():
+    xs = []
+    for _ in range(6):
+        xs.append(torch.randn(16))
+        time.sleep(0.002)
+    return xs
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_threads_drawing_seeded_inputs_at_once_each_get_their_seeds_values(tmp_path):
+    path = tmp_path / "slow_draw.py"
+    path.write_text(SLOW_DRAW)
+    task = corpus.load_task(corpus.ref_from_file(path, "local"), "bench")
+    alone = {seed: draw_seeded(task, seed) for seed in range(4)}
+    errors, mismatches = [], []
+
+    def worker(seed: int) -> None:
+        try:
+            for _ in range(5):
+                got = draw_inputs(task, seed)  # raises TaskError when a pair of draws differs
+                if not all(torch.equal(a, b) for a, b in zip(got, alone[seed])):
+                    mismatches.append(seed)
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not mismatches, (errors[:1], mismatches)
