@@ -94,7 +94,7 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
             m["wall_s"] = time.monotonic() - m.pop("t0")
             m["held"] = device_lease.shares(m.pop("held0"), lease.seconds(), m["wall_s"])
             print(f"[{name}] {key:48} {row.get('status', ''):9} {row.get('submitted', 0):3d} candidates "
-                  f"in {m['wall_s']:6.1f} s", flush=True)
+                  f"in {m['wall_s']:6.1f} s" + (f": {row['error'][:300]}" if row.get("error") else ""), flush=True)
 
     t0 = time.monotonic()
     rows = search_batch(refs, store, name, spec.target.name, [spec], gens, config, on_op=on_op,

@@ -54,7 +54,7 @@ from farm.search.controller import SearchConfig, search_op  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device, synchronize  # noqa: E402
 
-COMPILE_MODE = "max-autotune-no-cudagraphs"
+COMPILE_MODE = "max-autotune-no-cudagraphs"  # the default of --compile-mode
 SEQS = (1024, 2048, 4096)
 BEGIN, END = "<!-- training-bench:begin -->", "<!-- training-bench:end -->"
 
@@ -119,6 +119,7 @@ def _time_module(module, inputs, indices, flush: str, spec) -> dict:
 
 
 def kernel_vs_compile_child(report, ref: corpus.TaskRef, pt_path: str, candidate: str | None, flush: str,
+                            compile_mode: str,
                             device: str) -> dict:
     """In a child: eager truth, torch.compile(truth) and the candidate, timed alike."""
     import torch
@@ -137,7 +138,7 @@ def kernel_vs_compile_child(report, ref: corpus.TaskRef, pt_path: str, candidate
     truth = task.truth_cls(*data["init_inputs"]).to(dev)
     out["eager"] = _time_module(truth, inputs, indices, flush, spec)
     try:
-        compiled = torch.compile(task.truth_cls(*data["init_inputs"]).to(dev), mode=COMPILE_MODE)
+        compiled = torch.compile(task.truth_cls(*data["init_inputs"]).to(dev), mode=compile_mode)
         out["compiled"] = _time_module(compiled, inputs, indices, flush, spec)
     except Exception as exc:  # a compile failure is a result of the benchmark, not its end
         out["compiled"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
@@ -147,7 +148,8 @@ def kernel_vs_compile_child(report, ref: corpus.TaskRef, pt_path: str, candidate
     return out
 
 
-def attention_child(report, candidate: str, seqs: list[int], flush: str, device: str) -> list[dict]:
+def attention_child(report, candidate: str, seqs: list[int], flush: str, device: str,
+                    compile_mode: str = COMPILE_MODE) -> list[dict]:
     """FlashAttention kernel vs SDPA (eager and compiled) over sequence lengths."""
     import torch
     import torch.nn.functional as F
@@ -164,7 +166,7 @@ def attention_child(report, candidate: str, seqs: list[int], flush: str, device:
         gen = torch.Generator().manual_seed(seq)
         inputs = [torch.randn(4, 16, seq, 64, generator=gen).half().to(spec.torch_device) for _ in range(3)]
         row = {"seq": seq, "batch": 4, "heads": 16, "head_dim": 64, "dtype": "float16", "causal": True}
-        for name, module in (("sdpa", Sdpa()), ("sdpa_compiled", torch.compile(Sdpa(), mode=COMPILE_MODE)),
+        for name, module in (("sdpa", Sdpa()), ("sdpa_compiled", torch.compile(Sdpa(), mode=compile_mode)),
                              ("kernel", kernel)):
             try:
                 row[name] = _time_module(module, inputs, [0, 1, 2], flush, spec)
@@ -218,7 +220,8 @@ def bench_op(ref, store, spec, gens, args) -> dict:
     row["evaluator"] = _verify(ref, data, spec, source)
     pt = Path(tempfile.mkdtemp()) / "ref.pt"
     store.get_file(f"refs/{ref.source}/{ref.op}.pt", pt)
-    child = run_in_child(kernel_vs_compile_child, (ref, str(pt), source, args.flush, args.device), timeout_s=900,
+    child = run_in_child(kernel_vs_compile_child, (ref, str(pt), source, args.flush, args.compile_mode, args.device),
+                         timeout_s=900,
                          env=spec.child_env())
     if not child.ok:
         row["child_error"] = child.error[-500:]
@@ -244,7 +247,7 @@ def _fmt(v) -> str:
 
 def table(result: dict) -> str:
     lines = [f"Device: {result['device']}; search: generators {result['generators']}, max {result['max_tasks']} "
-             f"candidates per op; timing: {result['timing_mode']}; compile: torch.compile mode {COMPILE_MODE}.",
+             f"candidates per op; timing: {result['timing_mode']}; compile: torch.compile mode {result['compile_mode']}.",
              f"Command: `{result['command']}`", "",
              "| op | best from | verified fwd+bwd | kernel fwd ms | kernel fwd+bwd ms | fwd vs eager | fwd+bwd vs eager "
              "| fwd vs compile | fwd+bwd vs compile |", "|---|---|---|---|---|---|---|---|---|"]
@@ -252,7 +255,8 @@ def table(result: dict) -> str:
         k = row.get("timed", {}).get("kernel", {})
         s = row.get("speedup", {})
         ev = row.get("evaluator", {})
-        verified = "yes" if (ev.get("backward") or {}).get("verified") else (ev.get("verdict") or "no candidate")
+        verified = "yes" if (ev.get("backward") or {}).get("verified") else (
+            ev.get("verdict") or (row["error"][:60] if row.get("error") else "no candidate"))
         lines.append(f"| {row['task']} | {row['best_origin']} | {verified} | {_fmt(k.get('fwd_ms'))} | "
                      f"{_fmt(k.get('fwd_bwd_ms'))} | {_fmt(s.get('fwd_vs_eager'))} | {_fmt(s.get('fwd_bwd_vs_eager'))} | "
                      f"{_fmt(s.get('fwd_vs_compile'))} | {_fmt(s.get('fwd_bwd_vs_compile'))} |")
@@ -289,6 +293,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda:0", help="cuda:N; cpu only to smoke-test this script")
     parser.add_argument("--shapes", default="bench", help="bench (the tasks' shapes) or small (smoke tests)")
     parser.add_argument("--docs", type=Path, help="markdown file whose training-bench block gets the table")
+    parser.add_argument("--compile-mode", default=COMPILE_MODE, help="torch.compile mode of the compiled columns")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="no op's search starts after this many seconds (the attention sweep still runs)")
     args = parser.parse_args()
 
     spec = resolve_device(args.device)
@@ -301,12 +308,16 @@ def main() -> None:
             for g in args.generators.split(",")]
     result = {"device": spec.label if spec.target.name == "cpu" else _cuda_name(),
               "generators": args.generators, "max_tasks": args.max_tasks,
-              "timing_mode": timing_mode(args.flush, spec.target.name), "compile_mode": COMPILE_MODE,
+              "timing_mode": timing_mode(args.flush, spec.target.name), "compile_mode": args.compile_mode,
               "command": "python bench/training_gpu.py " + " ".join(sys.argv[1:]), "ops": [], "attention": []}
     name = re.sub(r"\W+", "_", result["device"].lower()).strip("_")
     args.out.mkdir(parents=True, exist_ok=True)
     best_attention = None
+    started = time.time()
     for ref in refs:
+        if args.budget_s is not None and time.time() - started > args.budget_s:
+            result["ops"].append({"task": ref.key, "best_origin": "-", "error": "not run (bench time budget)"})
+            continue
         if not made[(ref.source, ref.op)]["success"]:
             result["ops"].append({"task": ref.key, "best_origin": "-", "error": made[(ref.source, ref.op)]["error"]})
             continue
@@ -321,7 +332,8 @@ def main() -> None:
     if args.seqs:
         [fa] = corpus.find_tasks(settings, ["training"], ["flash_attention_triton"])
         source = best_attention or model_as_candidate(fa.path.read_text())
-        child = run_in_child(attention_child, (source, args.seqs, args.flush, args.device), timeout_s=900,
+        child = run_in_child(attention_child, (source, args.seqs, args.flush, args.device, args.compile_mode),
+                             timeout_s=900,
                              env=spec.child_env())
         result["attention"] = child.value if child.ok else []
         result["attention_kernel"] = "search best" if best_attention else "the task's Model"
