@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 from farm.corpus import tasks as corpus
 from farm.corpus.inputs import draw_inputs, draw_seeded
+from farm.errors import TaskError
 
 # get_inputs() lets other threads run between its draws, as a slow allocation or a big draw does
 SLOW_DRAW = '''
@@ -57,3 +59,33 @@ def test_threads_drawing_seeded_inputs_at_once_each_get_their_seeds_values(tmp_p
     for t in threads:
         t.join()
     assert not errors and not mismatches, (errors[:1], mismatches)
+
+
+POINTERS = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, table, table_ptrs):
+        return table * 2
+
+
+def get_inputs():
+    table = torch.randint(0, 100, (4, 8), dtype=torch.int32)
+    return [table, torch.tensor([table.data_ptr()], dtype=torch.uint64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_an_address_passed_as_an_input_is_named_as_such(tmp_path):
+    path = tmp_path / "block_table_ptrs.py"
+    path.write_text(POINTERS)
+    task = corpus.load_task(corpus.ref_from_file(path, "local"), "bench")
+    with pytest.raises(TaskError) as info:
+        draw_inputs(task, 0)
+    text = str(info.value)
+    assert "memory addresses" in text and "[1]" in text and "block_table_ptrs.py" in text
