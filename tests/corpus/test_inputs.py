@@ -12,35 +12,31 @@ from farm.corpus import tasks as corpus
 from farm.corpus.inputs import draw_inputs, draw_seeded
 from farm.errors import TaskError
 
+
+def task_file(tmp_path, name: str, get_inputs_body: str):
+    """A task whose Model sums its inputs, with the given body of get_inputs()."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("import time\nimport torch\nimport torch.nn as nn\n\n\n"
+                    "class Model(nn.Module):\n    def forward(self, *xs):\n        return sum(x.sum() for x in xs)\n\n\n"
+                    "def get_inputs():\n" + get_inputs_body + "\n\ndef get_init_inputs():\n    return []\n")
+    return corpus.load_task(corpus.ref_from_file(path, "local"), "bench")
+
+
 # get_inputs() lets other threads run between its draws, as a slow allocation or a big draw does
-SLOW_DRAW = '''
-import time
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, *xs):
-        return sum(x.sum() for x in xs)
-
-
-def get_inputs():
-    xs = []
+SLOW_DRAW = """    xs = []
     for _ in range(6):
         xs.append(torch.randn(16))
         time.sleep(0.002)
     return xs
-
-
-def get_init_inputs():
-    return []
-'''
+"""
+# AKG's block-table files pass a tensor of another input's address
+POINTERS = """    table = torch.randint(0, 100, (4, 8), dtype=torch.int32)
+    return [table, torch.tensor([table.data_ptr()], dtype=torch.uint64)]
+"""
 
 
 def test_threads_drawing_seeded_inputs_at_once_each_get_their_seeds_values(tmp_path):
-    path = tmp_path / "slow_draw.py"
-    path.write_text(SLOW_DRAW)
-    task = corpus.load_task(corpus.ref_from_file(path, "local"), "bench")
+    task = task_file(tmp_path, "slow_draw", SLOW_DRAW)
     alone = {seed: draw_seeded(task, seed) for seed in range(4)}
     errors, mismatches = [], []
 
@@ -61,30 +57,9 @@ def test_threads_drawing_seeded_inputs_at_once_each_get_their_seeds_values(tmp_p
     assert not errors and not mismatches, (errors[:1], mismatches)
 
 
-POINTERS = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, table, table_ptrs):
-        return table * 2
-
-
-def get_inputs():
-    table = torch.randint(0, 100, (4, 8), dtype=torch.int32)
-    return [table, torch.tensor([table.data_ptr()], dtype=torch.uint64)]
-
-
-def get_init_inputs():
-    return []
-'''
-
 
 def test_an_address_passed_as_an_input_is_named_as_such(tmp_path):
-    path = tmp_path / "block_table_ptrs.py"
-    path.write_text(POINTERS)
-    task = corpus.load_task(corpus.ref_from_file(path, "local"), "bench")
+    task = task_file(tmp_path, "block_table_ptrs", POINTERS)
     with pytest.raises(TaskError) as info:
         draw_inputs(task, 0)
     text = str(info.value)
