@@ -11,6 +11,7 @@ import typer
 
 from farm.cli import report_cmd
 from farm.cli.common import (
+    err,
     use_frontend_setting,
     FlushOpt,
     TimingModeOpt,
@@ -177,11 +178,27 @@ def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_jso
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("batch", total=len(refs))
         rows = search_batch(refs, st, run, specs[0].target.name, specs, gens, config, retry_errors, force,
-                            on_op=lambda phase, row: progress.update(
-                                bar, advance=0 if phase == "start" else 1,
-                                description=f"{row['source']}/{row['op']}: {row.get('status', 'searching')}"),
-                            ops_per_device=ops_per_device)
+                            on_op=op_progress(progress, bar, len(refs), as_json), ops_per_device=ops_per_device)
     return rows
+
+
+def op_progress(progress, bar, total: int, as_json: bool):
+    """A batch's progress per op: the bar on a terminal, and a line on stderr per finished op
+    where no bar is drawn (--json, or stderr in a log file), so a long batch run by a script
+    shows how far it got, also when a time limit ends it."""
+    lines = as_json or not err.is_terminal
+    finished = 0
+
+    def update(phase: str, row: dict) -> None:
+        nonlocal finished
+        name = f"{row['source']}/{row['op']}"
+        if phase != "start":
+            finished += 1
+        progress.update(bar, advance=0 if phase == "start" else 1, description=f"{name}: {row.get('status', 'searching')}")
+        if lines and phase != "start":
+            say(f"[{finished}/{total}] {name}: {row.get('status', '')}")
+
+    return update
 
 
 def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: str = "farm",
@@ -291,7 +308,5 @@ def run_local(
         bar = progress.add_task("search", total=len(ok))
         # errors are searched again each time: what failed may have been the machine (a full disk)
         rows = search_batch([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec], gens,
-                            config, retry_errors=True, force=force,
-                            on_op=lambda phase, row: progress.update(
-                                bar, advance=0 if phase == "start" else 1, description=f"search {row['op']}"))
+                            config, retry_errors=True, force=force, on_op=op_progress(progress, bar, len(ok), as_json))
     _report(failed + rows, name, st, as_json, page, config.profile)

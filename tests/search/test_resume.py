@@ -130,6 +130,7 @@ def test_a_signal_mid_run_leaves_a_consistent_store_that_resumes(mini, tmp_path,
     assert proc.returncode == 0, err
     [row] = json.loads(out)["ops"]
     assert row["status"] == "succeeded" and row["submitted"] >= len(kept)
+    assert "[1/1] mini/scale2: succeeded" in err  # --json draws no bar: a line per finished op instead
     assert ledger.read(store, "local-mini-cpu")["mini/scale2"]["status"] == "done"
     final = {r["id"] for r in json.loads(state_json.read_text())["db"]["records"]}
     assert kept <= final  # what was finished before the signal was not thrown away
