@@ -106,9 +106,7 @@ class OpSearch:
         self.eval_settings = eval_settings
         self.on_event = on_event or (lambda kind, info: None)
         self.evaluator_factory = evaluator_factory  # benchmarks replay recorded timings through it
-        # set when the batch is interrupted: this search runs in a worker thread, where Ctrl-C and
-        # SIGTERM never arrive, so it stops at its next candidate instead of finishing its budget
-        self.cancel = cancel
+        self.cancel = cancel  # set by an interrupted batch: Ctrl-C never reaches this worker thread
         self.prefix = results.op_prefix(run, task_ref.source, task_ref.op)
         self.lock = threading.Lock()
         self.rng = random.Random(config.seed)
@@ -327,8 +325,7 @@ class OpSearch:
         return ""
 
     def _raise_if_cancelled(self) -> None:
-        """An interrupted batch ends its op searches as an interrupted `farm search` ends its one:
-        checkpoint kept, not marked done."""
+        """Stop as an interrupted `farm search` does: checkpoint kept, not marked done."""
         if self.cancel is not None and self.cancel.is_set():
             raise KeyboardInterrupt
 
