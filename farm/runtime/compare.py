@@ -113,8 +113,10 @@ def compare_tensor(index: str, a: Any, e: torch.Tensor, tolerance: dict | None =
         return fail(f"dtype {dtype_name(a.dtype)}, expected {dtype}")
     if a.shape != e.shape:
         return fail(f"shape {list(a.shape)}, expected {shape}")
-    a = a.detach().cpu()
-    e = e.detach().cpu()
+    # both on one device (a GPU bench, a runner): compared there, else both on the host
+    a, e = a.detach(), e.detach()
+    if a.device != e.device:
+        a, e = a.cpu(), e.cpu()
     if not (e.is_floating_point() or e.is_complex()):
         mismatched = int((a != e).sum())
         ok = mismatched == 0
@@ -124,30 +126,43 @@ def compare_tensor(index: str, a: Any, e: torch.Tensor, tolerance: dict | None =
     return _compare_float(index, a, e, tolerance)
 
 
+# elements compared at once: float64 copies of a chunk, not of a multi-GiB output (KernelBench's
+# shapes reach 1.6 G elements per output)
+CHUNK_ELEMENTS = 1 << 24
+
+
 def _compare_float(index: str, a: torch.Tensor, e: torch.Tensor, tolerance: dict | None) -> OutputCheck:
     shape, dtype = list(e.shape), dtype_name(e.dtype)
     atol, rtol = tolerance_for(e.dtype, tolerance)
-    a64, e64 = a.double(), e.double()
-    nan_a, nan_e = torch.isnan(a64), torch.isnan(e64)
-    if not torch.equal(nan_a, nan_e):
-        n = int((nan_a != nan_e).sum())
-        return OutputCheck(index, False, "tensor", shape, dtype, reason=f"NaN positions differ at {n} elements")
-    inf_a, inf_e = torch.isinf(a64), torch.isinf(e64)
-    if not torch.equal(inf_a, inf_e) or not torch.equal(a64[inf_e], e64[inf_e]):
+    a, e = a.reshape(-1), e.reshape(-1)
+    nan_differ = finite_n = n_bad = 0
+    inf_differ = False
+    max_abs = max_rel = 0.0
+    for start in range(0, e.numel(), CHUNK_ELEMENTS):
+        a64, e64 = a[start:start + CHUNK_ELEMENTS].double(), e[start:start + CHUNK_ELEMENTS].double()
+        nan_differ += int((torch.isnan(a64) != torch.isnan(e64)).sum())
+        inf_a, inf_e = torch.isinf(a64), torch.isinf(e64)
+        inf_differ = inf_differ or not torch.equal(inf_a, inf_e) or not torch.equal(a64[inf_e], e64[inf_e])
+        finite = torch.isfinite(e64)
+        if nan_differ or inf_differ or not bool(finite.any()):
+            continue
+        diff = (a64 - e64).abs()[finite]
+        ref = e64.abs()[finite]
+        finite_n += diff.numel()
+        max_abs = max(max_abs, float(diff.max()))
+        # relative error is meaningful only where |exp| is above the absolute floor
+        big = ref > atol
+        if bool(big.any()):
+            max_rel = max(max_rel, float((diff[big] / ref[big]).max()))
+        n_bad += int((diff > atol + rtol * ref).sum())
+    if nan_differ:
+        return OutputCheck(index, False, "tensor", shape, dtype, reason=f"NaN positions differ at {nan_differ} elements")
+    if inf_differ:
         return OutputCheck(index, False, "tensor", shape, dtype, reason="Inf positions or signs differ")
-    finite = torch.isfinite(e64)
-    if not bool(finite.any()):
+    if not finite_n:
         return OutputCheck(index, True, "tensor", shape, dtype)
-    diff = (a64 - e64).abs()[finite]
-    ref = e64.abs()[finite]
-    max_abs = float(diff.max())
-    # relative error is meaningful only where |exp| is above the absolute floor
-    big = ref > atol
-    max_rel = float((diff[big] / ref[big]).max()) if bool(big.any()) else 0.0
-    bad = diff > atol + rtol * ref
-    n_bad = int(bad.sum())
     ok = n_bad == 0
-    reason = "" if ok else f"{n_bad} of {diff.numel()} elements outside atol={atol:g} rtol={rtol:g}"
+    reason = "" if ok else f"{n_bad} of {finite_n} elements outside atol={atol:g} rtol={rtol:g}"
     return OutputCheck(index, ok, "tensor", shape, dtype, max_abs=max_abs, max_rel=max_rel, reason=reason)
 
 
