@@ -34,9 +34,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -49,8 +52,9 @@ from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.runtime.isolation import run_in_child  # noqa: E402
-from farm.search.batch import load_reference  # noqa: E402
-from farm.search.controller import SearchConfig, search_op  # noqa: E402
+from farm.search.batch import load_reference, search_batch  # noqa: E402
+from farm.search.controller import SearchConfig  # noqa: E402
+from farm.search.database import Database  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device, synchronize  # noqa: E402
 
@@ -189,9 +193,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def _best_source(store, ref: corpus.TaskRef, outcome) -> tuple[str | None, str]:
-    if outcome.best_id:
-        return store.get_bytes(f"runs/bench/{ref.source}/{ref.op}/candidates/{outcome.best_id}.py").decode(), "search"
+def _best_source(store, ref: corpus.TaskRef, best_id: str | None) -> tuple[str | None, str]:
+    if best_id:
+        return store.get_bytes(f"runs/bench/{ref.source}/{ref.op}/candidates/{best_id}.py").decode(), "search"
     return None, "none"
 
 
@@ -207,17 +211,18 @@ def _verify(ref, data, spec, source: str) -> dict:
             "speedup_fwd_bwd_vs_reference": r.speedup_fwd_bwd_vs_reference}
 
 
-def bench_op(ref, store, spec, gens, args) -> dict:
+def bench_op(ref, store, spec, search: dict, args) -> dict:
+    """Phase B for one op, nothing else on the device: its search's best re-evaluated, then
+    kernel, eager and compiled timed in one child."""
     data = load_reference(store, ref.source, ref.op)
-    t0 = time.time()
-    outcome = search_op(ref, data, store, "bench", spec.target.name, [spec], gens,
-                        SearchConfig(max_tasks=args.max_tasks, max_concurrent=2, chunk_size=8, flush=args.flush))
-    row = {"task": ref.key, "search": outcome.as_dict(), "search_wall_s": time.time() - t0}
-    source, origin = _best_source(store, ref, outcome)
+    row = {"task": ref.key, "search": search, "search_wall_s": search.get("wall_s")}
+    source, origin = _best_source(store, ref, search.get("best_id"))
     row["best_origin"] = origin
     if source is None:
         return row
-    row["evaluator"] = _verify(ref, data, spec, source)
+    t0 = time.time()
+    row["evaluator"] = _verify(ref, data, spec, source) if args.reverify else _search_verdict(store, ref, search["best_id"])
+    row["verify_s"] = time.time() - t0
     pt = Path(tempfile.mkdtemp()) / "ref.pt"
     store.get_file(f"refs/{ref.source}/{ref.op}.pt", pt)
     child = run_in_child(kernel_vs_compile_child, (ref, str(pt), source, args.flush, args.compile_mode, args.device),
@@ -227,11 +232,64 @@ def bench_op(ref, store, spec, gens, args) -> dict:
         row["child_error"] = child.error[-500:]
         return row
     t = row["timed"] = child.value
+    row["child_s"] = time.time() - t0 - row["verify_s"]
     k, e, c = t.get("kernel", {}), t["eager"], t["compiled"]
     row["speedup"] = {"fwd_vs_eager": _ratio(e.get("fwd_ms"), k.get("fwd_ms")),
                       "fwd_bwd_vs_eager": _ratio(e.get("fwd_bwd_ms"), k.get("fwd_bwd_ms")),
                       "fwd_vs_compile": _ratio(c.get("fwd_ms"), k.get("fwd_ms")),
                       "fwd_bwd_vs_compile": _ratio(c.get("fwd_bwd_ms"), k.get("fwd_bwd_ms"))}
+    return row
+
+
+def search_all(refs, store, spec, gens, args) -> dict[str, dict]:
+    """Phase A: every op's short search, --ops-per-device at once on the device (farm.search.batch:
+    the device lease keeps each timing alone), stopped after --budget-s. Returns key -> row."""
+    config = SearchConfig(max_tasks=args.max_tasks, max_concurrent=2, chunk_size=8, flush=args.flush)
+    started: dict[str, float] = {}
+    walls: dict[str, float] = {}
+    finished: dict[str, dict] = {}  # kept as they come: an interrupted batch returns no rows
+
+    def on_op(phase: str, row: dict) -> None:
+        key = f"{row['source']}/{row['op']}"
+        if phase == "start":
+            started[key] = time.time()
+        elif phase == "done":
+            walls[key] = time.time() - started.get(key, time.time())
+            finished[key] = {**row, "wall_s": walls[key]}
+            print(f"search {key:40} {row['status']:9} {walls[key]:.0f} s", flush=True)
+
+    timer = None
+    if args.budget_s is not None:
+        # SIGINT in budget_s: the batch stops its ops at their next candidate and keeps what they found
+        timer = threading.Timer(args.budget_s, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+    try:
+        search_batch(refs, store, "bench", spec.target.name, [spec], gens, config, on_op=on_op,
+                     ops_per_device=args.ops_per_device)
+    except KeyboardInterrupt:
+        print(f"search: stopped at the bench budget ({args.budget_s} s)", flush=True)
+    finally:
+        if timer:
+            timer.cancel()
+    return {ref.key: finished.get(ref.key) or _checkpointed_best(store, ref) for ref in refs}
+
+
+def _search_verdict(store, ref, best_id: str) -> dict:
+    """--no-reverify: the verdict the search gave the best (forward and backward verified on
+    the .pt and the secret seed sets), instead of a second Evaluator pass (about a minute per
+    op on the H100)."""
+    rec = Database.from_dict(store.read_json(f"runs/bench/{ref.source}/{ref.op}/state.json")["db"]).records[best_id]
+    return {"verdict": rec.verdict, "reason": rec.reason, "backward": rec.backward, "from": "search record",
+            "speedup_vs_model": rec.speedup_vs_model, "speedup_vs_reference": rec.speedup_vs_reference}
+
+
+def _checkpointed_best(store, ref) -> dict:
+    """An op the budget stopped: its best so far, from the search's checkpoint where it has one."""
+    row = {"source": ref.source, "op": ref.op, "status": "stopped", "best_id": None}
+    key = f"runs/bench/{ref.source}/{ref.op}/state.json"
+    if store.exists(key):
+        best = Database.from_dict(store.read_json(key)["db"]).best()
+        row["best_id"] = best and best.id
     return row
 
 
@@ -295,14 +353,27 @@ def main() -> None:
     parser.add_argument("--docs", type=Path, help="markdown file whose training-bench block gets the table")
     parser.add_argument("--compile-mode", default=COMPILE_MODE, help="torch.compile mode of the compiled columns")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="no op's search starts after this many seconds (the attention sweep still runs)")
+                        help="the search phase stops after this many seconds; the ops keep their best so far")
+    parser.add_argument("--jobs", type=int, default=4, help="ops whose reference data is made at once")
+    parser.add_argument("--ops-per-device", type=int, default=4,
+                        help="ops searched at once on the device (timings stay exclusive: farm.evaluate.lease)")
+    parser.add_argument("--reverify", action=argparse.BooleanOptionalAction, default=True,
+                        help="re-evaluate each best in a fresh Evaluator (default) or take the search's verdict")
+    parser.add_argument("--store", help="folder of the bench's store (default: a new temporary one)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the ops OUT's JSON already timed; search and time the others (with --store)")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="no op is timed after this many seconds of the call (the next --resume call goes on)")
     args = parser.parse_args()
 
+    started = time.time()
     spec = resolve_device(args.device)
     settings, _ = load_settings()
-    store = open_store(f"file://{tempfile.mkdtemp(prefix='farm-train-bench-')}")
+    # a store that outlives the call lets the next call on a warm machine go on (--store, --resume)
+    store = open_store(f"file://{args.store or tempfile.mkdtemp(prefix='farm-train-bench-')}")
     refs = corpus.find_tasks(settings, ["training"], args.ops or None)
-    made = {(r["source"], r["op_name"]): r for r in generate_references(refs, store, spec, 0, args.shapes, 600)}
+    made = {(r["source"], r["op_name"]): r
+            for r in generate_references(refs, store, spec, 0, args.shapes, 600, jobs=args.jobs)}
     # inductor: its default mode only; max-autotune seeds cost minutes per op
     gens = [load_generator(g, modes=("default",)) if g == "inductor" else load_generator(g)
             for g in args.generators.split(",")]
@@ -312,23 +383,31 @@ def main() -> None:
               "command": "python bench/training_gpu.py " + " ".join(sys.argv[1:]), "ops": [], "attention": []}
     name = re.sub(r"\W+", "_", result["device"].lower()).strip("_")
     args.out.mkdir(parents=True, exist_ok=True)
+    out_json = args.out / f"training_{name}.json"
+    done = {}
+    if args.resume and out_json.exists():
+        done = {r["task"]: r for r in json.loads(out_json.read_text())["ops"] if r.get("timed") or r.get("evaluator")}
     best_attention = None
-    started = time.time()
+    usable = [ref for ref in refs if made[(ref.source, ref.op)]["success"]]
+    searched = search_all([r for r in usable if r.key not in done], store, spec, gens, args)
     for ref in refs:
-        if args.budget_s is not None and time.time() - started > args.budget_s:
-            result["ops"].append({"task": ref.key, "best_origin": "-", "error": "not run (bench time budget)"})
-            continue
         if not made[(ref.source, ref.op)]["success"]:
             result["ops"].append({"task": ref.key, "best_origin": "-", "error": made[(ref.source, ref.op)]["error"]})
             continue
-        row = bench_op(ref, store, spec, gens, args)
+        if ref.key in done:
+            row = done[ref.key]
+        elif args.deadline_s is not None and time.time() - started > args.deadline_s:
+            row = {"task": ref.key, "best_origin": "-", "error": "not timed (bench deadline)"}
+        else:
+            row = bench_op(ref, store, spec, searched[ref.key], args)
         result["ops"].append(row)
         if ref.op == "flash_attention_triton" and row.get("evaluator", {}).get("verdict") == "pass":
             best_attention = store.get_bytes(
                 f"runs/bench/{ref.source}/{ref.op}/candidates/{row['search']['best_id']}.py").decode()
-        print(f"{ref.key:40} {row['search']['status']:9} best {row['best_origin']:6} "
-              f"{json.dumps(row.get('speedup', {}))}", flush=True)
-        (args.out / f"training_{name}.json").write_text(json.dumps(result, indent=2, default=str))
+        if "search" in row:
+            print(f"{ref.key:40} {row['search']['status']:9} best {row['best_origin']:6} "
+                  f"{json.dumps(row.get('speedup', {}))}", flush=True)
+        out_json.write_text(json.dumps(result, indent=2, default=str))
     if args.seqs:
         [fa] = corpus.find_tasks(settings, ["training"], ["flash_attention_triton"])
         source = best_attention or model_as_candidate(fa.path.read_text())
@@ -339,7 +418,7 @@ def main() -> None:
         result["attention_kernel"] = "search best" if best_attention else "the task's Model"
         if not child.ok:
             result["attention_error"] = child.error[-500:]
-    (args.out / f"training_{name}.json").write_text(json.dumps(result, indent=2, default=str))
+    out_json.write_text(json.dumps(result, indent=2, default=str))
     text = table(result)
     (args.out / f"training_{name}.md").write_text(text)
     print(text)
