@@ -215,7 +215,8 @@ def bench_op(ref, store, spec, search: dict, args) -> dict:
     """Phase B for one op, nothing else on the device: its search's best re-evaluated, then
     kernel, eager and compiled timed in one child."""
     data = load_reference(store, ref.source, ref.op)
-    row = {"task": ref.key, "search": search, "search_wall_s": search.get("wall_s")}
+    row = {"task": ref.key, "search": search, "search_wall_s": search.get("wall_s"),
+           "candidates": _candidates(store, ref)}
     source, origin = _best_source(store, ref, search.get("best_id"))
     row["best_origin"] = origin
     if source is None:
@@ -281,6 +282,16 @@ def _search_verdict(store, ref, best_id: str) -> dict:
     rec = Database.from_dict(store.read_json(f"runs/bench/{ref.source}/{ref.op}/state.json")["db"]).records[best_id]
     return {"verdict": rec.verdict, "reason": rec.reason, "backward": rec.backward, "from": "search record",
             "speedup_vs_model": rec.speedup_vs_model, "speedup_vs_reference": rec.speedup_vs_reference}
+
+
+def _candidates(store, ref) -> list[dict]:
+    """What the search spent its time on: each candidate's generator, verdict and seconds."""
+    key = f"runs/bench/{ref.source}/{ref.op}/state.json"
+    if not store.exists(key):
+        return []
+    return [{"id": r.id, "generator": r.generator, "verdict": r.verdict, "eval_s": r.eval_s, "stage_s": r.stage_s,
+             "reason": r.reason[:200]}
+            for r in Database.from_dict(store.read_json(key)["db"]).records.values()]
 
 
 def _checkpointed_best(store, ref) -> dict:

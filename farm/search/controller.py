@@ -291,7 +291,7 @@ class OpSearch:
     def _record(self, rec: Record, result, device: str, eval_s: float) -> None:
         """A verdict into the database (under the lock)."""
         rec.verdict, rec.reason, rec.eval_s = result.verdict, result.reason[:2000], eval_s
-        rec.device, rec.sandbox = device, result.sandbox
+        rec.device, rec.sandbox, rec.stage_s = device, result.sandbox, dict(result.stage_s)
         if result.passed:
             rec.time_ms = result.timing["median_ms"]
             rec.timing = {k: result.timing[k] for k in TIMING_KEPT if k in result.timing}

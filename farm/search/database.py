@@ -46,6 +46,7 @@ class Record:
     inspirations: list[str] = field(default_factory=list)  # ids shown to the generator beside the parent
     comparison: dict | None = None  # how its speedups were measured (farm.evaluate.speedup)
     limit: dict | None = None  # the physical limit and the fraction of it reached
+    stage_s: dict | None = None  # seconds in each evaluator stage: where a device-minute went
 
     @property
     def passed(self) -> bool:

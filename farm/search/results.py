@@ -50,6 +50,7 @@ def candidate_row(rec: Record) -> dict[str, Any]:
             "lineage": rec.lineage, "generation": rec.generation, "verdict": rec.verdict, "error": rec.reason,
             "time_ms": rec.time_ms, "speedup_vs_model": rec.speedup_vs_model,
             "speedup_vs_reference": rec.speedup_vs_reference, "timing": rec.timing, "eval_s": rec.eval_s,
+            "stage_s": rec.stage_s,
             "device": rec.device, "sandbox": rec.sandbox, "chunk": rec.chunk, "backward": rec.backward,
             "inspirations": rec.inspirations, "timing_mode": (rec.timing or {}).get("mode"),
             "comparison": rec.comparison, "limit": rec.limit, "fraction_of_limit": (rec.limit or {}).get("fraction")}

@@ -118,6 +118,9 @@ def test_search_writes_results_and_resumes_after_a_kill(demo_store):
     report = json.loads(store.get_bytes("runs/resume/demo/row_sum/report.json"))
     assert report["status"] == "succeeded" and len(report["candidates"]) == 6
     assert {"parent", "generator", "verdict", "error", "time_ms"} <= set(report["candidates"][1])
+    # where each candidate's seconds went, by evaluator stage
+    stages = report["candidates"][1]["stage_s"]
+    assert {"compile", "verify", "total"} <= set(stages) and stages["total"] > 0
     # each verdict says which boundary its runner had (bubblewrap wherever it works, CI included)
     from farm.evaluate import boundary
 
