@@ -283,3 +283,37 @@ def test_parameters_outside_torch_nn_layers_give_a_reason(tmp_path):
     assert gen.seeds(_ctx(path, "mini", "cpu", shapes="bench")) == []
     assert "outside a torch.nn layer" in gen.reasons[0]
     assert "outside a torch.nn layer" in gen.no_seed_reason(_ctx(path, "mini", "cpu"))
+
+
+@pytest.mark.parametrize("name, reference, low, high", [
+    ("tanh", "tanh", -20.0, 20.0), ("log1p", "log1p", -0.9, 50.0), ("expm1", "expm1", -30.0, 20.0)])
+def test_interpreter_shims_compute_what_libdevice_does(tmp_path, name, reference, low, high):
+    """Each shim that stands in for a libdevice function on the cpu target, run by the Triton
+    interpreter, against torch's own function, over a range that crosses each shim's switch
+    between series and closed form (fp32, the farm's fp32 tolerance)."""
+    from farm.generators.inductor.kernels import INTERPRETER_SHIMS
+
+    module = tmp_path / f"shim_{name}.py"
+    module.write_text("import triton\nimport triton.language as tl\n\n" + INTERPRETER_SHIMS[name] + textwrap.dedent(f'''
+
+
+        @triton.jit
+        def apply(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(y_ptr + offs, libdevice_{name}(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+    '''))
+    code = textwrap.dedent(f"""
+        import importlib.util, sys, torch
+        spec = importlib.util.spec_from_file_location("shim", {str(module)!r})
+        mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+        x = torch.cat([torch.linspace({low}, {high}, 900), torch.linspace(-0.02, 0.02, 124)])
+        y = torch.empty_like(x)
+        mod.apply[(1,)](x, y, x.numel(), BLOCK=1024)
+        want = torch.{reference}(x.double()).float()
+        assert torch.allclose(y, want, atol=1e-5, rtol=1e-4), (y - want).abs().max()
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

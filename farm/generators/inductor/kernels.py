@@ -127,6 +127,10 @@ INTERPRETER_SHIMS = {
     # softplus: below 1e-4 the series (error ~x^3/3), above it log(1 + x) (absolute error ~6e-8)
     "log1p": "@triton.jit\ndef libdevice_log1p(x):\n    return tl.where(tl.abs(x) < 1e-4, x - 0.5 * x * x, "
     "tl.log(1.0 + x))",
+    # ELU, SELU: below 1e-2 the series to x^4 (error ~x^5/120), above it exp(x) - 1 (relative
+    # error ~6e-6 at 1e-2, less beyond)
+    "expm1": "@triton.jit\ndef libdevice_expm1(x):\n    return tl.where(tl.abs(x) < 1e-2, "
+    "x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0)))), tl.exp(x) - 1.0)",
 }
 
 _ALLOWED_FREE = {"tl", "triton", "libdevice", "tl_math"} | set(dir(builtins))
