@@ -308,9 +308,15 @@ def test_an_interrupted_batch_of_parallel_ops_stops_at_their_next_candidate(tmp_
 
     config = SearchConfig(max_tasks=12, max_concurrent=1, chunk_size=4, generators=("tune",), compile_workers=0,
                           early_stop=False)
-    with pytest.raises(KeyboardInterrupt):
-        search_batch(refs, store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config, on_event=on_event,
-                     ops_per_device=2)
+    # Ctrl-C's own handler: a suite started in the background (`cmd &` in a script) inherits
+    # SIGINT ignored, and then the signal would never arrive
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            search_batch(refs, store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config, on_event=on_event,
+                         ops_per_device=2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(after) <= 2, after  # each running op finishes the candidate it had in hand, no more
     assert ledger.read(store, "ctrlc") == {}  # neither marked done: both resume from their checkpoints
 

@@ -92,8 +92,11 @@ def _farm(tmp_path, *args, **kwargs):
     env = {**os.environ, "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path / "tmp"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRITON_INTERPRET", None)
+    # SIGINT at its default in the child, as in a terminal: a suite started in the background
+    # (`cmd &` in a script) passes it on ignored, and the Ctrl-C case would test nothing
     return subprocess.Popen([sys.executable, "-c", "from farm.cli.main import main; main()", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
 
 
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
