@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import threading
 
 
 def dotted_name(node: ast.AST) -> str:
@@ -16,3 +17,15 @@ def dotted_name(node: ast.AST) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+# CPython 3.11 counts the depth of its parse-tree-to-object conversion per interpreter, not per
+# thread: two threads parsing at once fail with "SystemError: AST constructor recursion depth
+# mismatch" (the suite met it: ops searched at once in threads, --ops-per-device). One at a time.
+_PARSING = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse, one thread of the process at a time."""
+    with _PARSING:
+        return ast.parse(source, filename, mode)

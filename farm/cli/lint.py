@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from farm import pyast
 from farm.ascend import lint as rules
 from farm.cli.common import JsonOption, err, handle_errors, out, print_json, settings, table
 from farm.errors import EXIT_FAILED, FarmError
@@ -52,7 +53,7 @@ def lint(
         print_json({"target": target, "files": [str(p) for p in files], "findings": found,
                     **({"frontend": compiled} if compile_ else {})})
     else:
-        rows = [[f["file"], f["line"], SEVERITY_STYLE[f["severity"]], f["rule"], f["message"]] for f in found]
+        rows = [[_shown(f["file"]), f["line"], SEVERITY_STYLE[f["severity"]], f["rule"], f["message"]] for f in found]
         out.print(table(f"lint --target {target}: {len(found)} finding(s)",
                         ["file", "line", "severity", "rule", "message"], rows))
         if compile_:
@@ -93,7 +94,7 @@ def compile_files(ctx: typer.Context, texts: dict[Path, str], task: Path | None)
 
 def _defines(text: str, name: str) -> bool:
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return False
     return any(isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name for n in tree.body)
@@ -112,3 +113,12 @@ def print_frontend(compiled: dict[str, dict]) -> None:
     out.print(table(f"triton-ascend {version} frontend: stages run = frontend, TTIR, Linalg "
                     "(bishengir and the NPU not run)", ["file", "kernel", "launches", "stage", "result", "message"],
                     rows))
+
+
+def _shown(path: str) -> str:
+    """A file under the working directory by its relative path: a table column of long absolute
+    paths folds a file's name across lines."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path

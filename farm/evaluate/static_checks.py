@@ -13,6 +13,7 @@ import ast
 import re
 from typing import Callable
 
+from farm import pyast
 from farm.pyast import dotted_name as _dotted
 
 # Rationale: a kernel module needs torch, triton and math; these reach the file system, other
@@ -139,7 +140,7 @@ CHECKS: list[Callable[[ast.Module, str], str]] = [
 def static_verdict(source: str) -> tuple[str, str]:
     """('', '') if the source may run; else (verdict, reason) with verdict compile_error or cheat."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as exc:
         return "compile_error", f"line {exc.lineno}: {exc.msg}"
     reason = check_defines_model_new(tree, source)

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from farm import pyast
 from farm.config import Settings
 from farm.corpus import tasks as corpus
 from farm.distributed.runs import is_local, load_run
@@ -106,7 +107,7 @@ def _describe(settings: Settings | None, source: str, op: str) -> str:
         return ""
     try:
         [ref] = corpus.find_tasks(settings, [source], [op])
-        doc = ast.get_docstring(ast.parse(ref.path.read_text())) or ""
+        doc = ast.get_docstring(pyast.parse(ref.path.read_text())) or ""
     except (FarmError, OSError, SyntaxError):
         return ""
     return doc.strip().splitlines()[0] if doc.strip() else ""

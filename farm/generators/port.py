@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from farm import pyast
 from farm.ascend.lint import find_launches, kernel_defs
 from farm.ascend.port import PASSES, Edits, PortContext, pass_tile, port
 from farm.errors import FarmError
@@ -45,12 +46,12 @@ class PortGenerator(Generator):
             raise FarmError(f"port generator: unknown option(s) {', '.join(sorted(options))}; it takes none")
 
     def no_seed_reason(self, ctx: Context) -> str:
-        if check_has_triton_kernel(ast.parse(ctx.task_source), ctx.task_source):
+        if check_has_triton_kernel(pyast.parse(ctx.task_source), ctx.task_source):
             return "it only ports Triton kernels, and the Model launches none"
         return "the port passes change nothing in this Model"
 
     def seeds(self, ctx: Context) -> list[Proposal]:
-        if check_has_triton_kernel(ast.parse(ctx.task_source), ctx.task_source):
+        if check_has_triton_kernel(pyast.parse(ctx.task_source), ctx.task_source):
             return []  # a PyTorch Model has no kernel to port
         source = model_as_candidate(ctx.task_source)
         ported = port(source, port_context(ctx))

@@ -24,6 +24,7 @@ import ast
 import itertools
 from dataclasses import dataclass
 
+from farm import pyast
 from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
 from farm.pyast import dotted_name as _dotted
 
@@ -148,7 +149,7 @@ def _span_knob(name: str, kind: str, node: ast.AST, value: int | None) -> Knob:
 
 
 def find_knobs(source: str) -> list[Knob]:
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     kernels = _kernels(tree)
     defs = _kernel_defs(tree)
     autotuned = _autotuned(tree)
@@ -291,7 +292,7 @@ class TuneGenerator(Generator):
     def seeds(self, ctx: Context) -> list[Proposal]:
         """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate), and
         the original with every kernel's tile scaled by each of tile_seeds (see tile_scaled)."""
-        if not _kernels(ast.parse(ctx.task_source)):
+        if not _kernels(pyast.parse(ctx.task_source)):
             return []
         original = model_as_candidate(ctx.task_source)
         out = [Proposal(original, self.name, "the original Model")]

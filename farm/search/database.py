@@ -11,12 +11,14 @@ import hashlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from farm import pyast
+
 
 def normalized_hash(source: str) -> str:
     """Identity of a candidate up to formatting and comments: the hash of its syntax tree,
     written back as code (ast.unparse is stable across Python versions; ast.dump is not)."""
     try:
-        text = ast.unparse(ast.parse(source))
+        text = ast.unparse(pyast.parse(source))
     except SyntaxError:
         text = "\n".join(line.rstrip() for line in source.strip().splitlines())
     return hashlib.sha256(text.encode()).hexdigest()

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from farm import pyast
 from farm.ascend.lint.analysis import (
     ATOMICS,
     CUDA_DEVICE,
@@ -48,7 +49,7 @@ class Source:
 
     @classmethod
     def parse(cls, text: str) -> Source:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
         kernels = kernel_defs(tree)
         src = cls(tree, text, kernels, find_launches(tree, kernels), parent_map(tree))
         src.kernel_nodes = {id(n) for fn in kernels.values() for n in ast.walk(fn)}

@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from farm import pyast
 from farm.ascend.lint.analysis import (
     ATOMICS,
     ELEMENTWISE,
@@ -258,7 +259,7 @@ def eval_dim(dim: Dim, values: dict[str, int]) -> int | None:
     if isinstance(dim, int):
         return dim
     try:
-        tree = ast.parse(dim, mode="eval").body
+        tree = pyast.parse(dim, mode="eval").body
     except SyntaxError:
         return None
     return _eval_int(tree, values)

@@ -8,6 +8,7 @@ import ast
 import logging
 from dataclasses import dataclass, replace
 
+from farm import pyast
 from farm.ascend.lint import (
     UB_BYTES,
     mentions,
@@ -46,7 +47,7 @@ class Edits:
 
     def __init__(self, text: str):
         self.text = text
-        self.tree = ast.parse(text)
+        self.tree = pyast.parse(text)
         self.lines = text.splitlines(keepends=True)
         self.starts = [0]
         for line in self.lines:
@@ -218,7 +219,7 @@ def _module_names(tree: ast.Module) -> set[str]:
 
 def _define(text: str, name: str, block: str) -> str:
     """Add a module-level definition after the imports unless the module binds the name already."""
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     if name in _module_names(tree):
         return text
     at = _header_end(tree)
@@ -247,7 +248,7 @@ def _cores_line(name: str, ctx: PortContext) -> str:
 
 def _with_torch_npu(text: str) -> str:
     """The guarded `import torch_npu`, replacing a bare one."""
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     for stmt in tree.body:
         if isinstance(stmt, ast.Try) and any(isinstance(s, ast.Import) and any(a.name == "torch_npu" for a in s.names)
                                              for s in stmt.body):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
+from farm import pyast
 from farm.ascend.lint import (
     Source,
     call_name,
@@ -79,8 +80,8 @@ def pass_libdevice(source: str, ctx: PortContext) -> str:
     text = src.result()
     for stmt, block in sorted(statements, key=lambda p: -p[0].lineno):
         text = _replace_lines(text, stmt.lineno, stmt.end_lineno, block)
-    if need_name and "libdevice" not in _module_names(ast.parse(text)):
-        text = _insert_lines(text, _header_end(ast.parse(text)) + 1, _guarded_libdevice("", "", "libdevice"))
+    if need_name and "libdevice" not in _module_names(pyast.parse(text)):
+        text = _insert_lines(text, _header_end(pyast.parse(text)) + 1, _guarded_libdevice("", "", "libdevice"))
     return text
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from farm import pyast
 from farm.ascend.lint import (
     call_name,
     find_launches,
@@ -93,10 +94,10 @@ def _persistent_plan(tree: ast.Module, name: str) -> tuple[list, list[list[ast.e
 
 
 def _make_persistent(source: str, name: str, ctx: PortContext) -> str:
-    if _persistent_plan(ast.parse(source), name) is None:
+    if _persistent_plan(pyast.parse(source), name) is None:
         return source
     flat = _early_returns_removed(source, name)
-    plan = _persistent_plan(ast.parse(flat), name) if flat is not None else None
+    plan = _persistent_plan(pyast.parse(flat), name) if flat is not None else None
     if plan is None:
         return source
     src = Edits(flat)
@@ -123,7 +124,7 @@ def _make_persistent(source: str, name: str, ctx: PortContext) -> str:
         src.replace(launch.grid, f"(min({' * '.join(texts)}, {scaled}),)")
         _append_args(src, launch.call, ", ".join(f"{s}={v}" for s, v in zip(sizes, values)))
     text = src.result()
-    kernel = kernel_defs(ast.parse(text))[name]
+    kernel = kernel_defs(pyast.parse(text))[name]
     body = _body(kernel)
     body = body[_invariant_prefix(kernel, body, set(pids) | set(sizes)):]
     indent = _leading(Edits(text), body[0])
@@ -200,6 +201,6 @@ def _loop_head(indent: str, tl: str, pids: list[str], sizes: list[str], task: st
 def pass_persistent(source: str, ctx: PortContext) -> str:
     """Rules 3-4: grids of up to 3 dims -> (min(tasks, cores),) programs looping over the tasks
     with the original program ids recovered; other grids are left for lint to report."""
-    for name in list(kernel_defs(ast.parse(source))):
+    for name in list(kernel_defs(pyast.parse(source))):
         source = _make_persistent(source, name, ctx)
     return source

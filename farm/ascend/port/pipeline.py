@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 
+from farm import pyast
 from farm.ascend.port.edits import PortContext, log
 from farm.ascend.port.passes import pass_device, pass_dot, pass_fp64, pass_int64, pass_launch_options, pass_libdevice
 from farm.ascend.port.persistent import pass_persistent
@@ -33,7 +33,7 @@ def port(source: str, ctx: PortContext | None = None, passes: list[str] | None =
             continue
         try:
             out = fn(source, ctx)
-            ast.parse(out)
+            pyast.parse(out)
         except Exception:
             log.warning("port pass %s failed; skipped", name, exc_info=True)
             continue

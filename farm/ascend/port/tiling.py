@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from farm import pyast
 from farm.ascend.lint import (
     KernelShapes,
     call_name,
@@ -260,8 +261,8 @@ def pass_tile(source: str, ctx: PortContext) -> str:
     """Rules 5-6: keep live tiles within the unified buffer. A block whose lanes are independent
     gets BLOCK_SUB and `for sub in range(0, BLOCK, BLOCK_SUB)`; a block that is only a chunk size
     of the kernel's own loop is capped at the launch (`BLOCK=min(BLOCK, cap)`)."""
-    for name in list(kernel_defs(ast.parse(source))):
-        tree = ast.parse(source)
+    for name in list(kernel_defs(pyast.parse(source))):
+        tree = pyast.parse(source)
         fn = kernel_defs(tree)[name]
         if not _plain_signature(fn) or any(p.endswith("_SUB") for p in constexprs(fn)):
             continue

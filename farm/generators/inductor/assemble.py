@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 
+from farm import pyast
 from farm.generators.inductor.kernels import _kernel_defs, kernel_sources
 from farm.generators.inductor.layers import Unsupported
 from farm.pyast import dotted_name as _dotted
@@ -44,7 +45,7 @@ _GRID_AXES = {
 
 
 def _call_function(wrapper: str) -> ast.FunctionDef:
-    calls = [n for n in ast.walk(ast.parse(wrapper)) if isinstance(n, ast.FunctionDef) and n.name == "call"]
+    calls = [n for n in ast.walk(pyast.parse(wrapper)) if isinstance(n, ast.FunctionDef) and n.name == "call"]
     if len(calls) != 1:
         raise Unsupported(f"the wrapper has {len(calls)} call() functions (expected one)")
     return calls[0]
@@ -62,7 +63,7 @@ class _WrapperRewrite(ast.NodeTransformer):
             if len(node.args) > 2:
                 kw = [ast.keyword("dtype", node.args[2])]
             kw.append(ast.keyword("device", ast.Name("_dev", ast.Load())))
-            return ast.copy_location(ast.Call(ast.parse("torch.empty_strided", mode="eval").body, args, kw), node)
+            return ast.copy_location(ast.Call(pyast.parse("torch.empty_strided", mode="eval").body, args, kw), node)
         if name == "reinterpret_tensor":
             return ast.copy_location(ast.Call(ast.Name("_reinterpret", ast.Load()), node.args, node.keywords), node)
         return node
@@ -347,7 +348,7 @@ def assemble(cap: dict, target: str | None = None) -> str:
     extra = []
     free = set()
     for line in body:
-        free |= {n.id for n in ast.walk(ast.parse(line.strip())) if isinstance(n, ast.Name)}
+        free |= {n.id for n in ast.walk(pyast.parse(line.strip())) if isinstance(n, ast.Name)}
     if "aten" in free:
         extra.append("aten = torch.ops.aten")
     if "extern_kernels" in free:
@@ -361,7 +362,7 @@ def assemble(cap: dict, target: str | None = None) -> str:
         "class ModelNew(nn.Module):\n" + "\n".join(init) + "\n\n" + "\n".join(forward),
     ]
     source = "\n\n\n".join(parts) + "\n"
-    ast.parse(source)
+    pyast.parse(source)
     return source
 
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from farm import pyast
 from farm.generators.inductor.layers import Unsupported
 
 
 def declared_backward(task_source: str) -> tuple[bool, tuple[int, ...] | None]:
     """BACKWARD and GRAD_INPUTS as the task file declares them, read without running it."""
     backward, grad_inputs = False, None
-    for node in ast.parse(task_source).body:
+    for node in pyast.parse(task_source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             try:
@@ -129,7 +130,7 @@ class _Prefix(ast.NodeTransformer):
 
 def _prefixed(source: str, prefix: str) -> tuple[list[str], list[str]]:
     """(import lines, renamed body) of an assembled module."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))
             and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
@@ -183,5 +184,5 @@ class ModelNew(nn.Module):
            'vector-Jacobian product, joined in one autograd.Function by the farm\'s inductor generator.\n'
            'Shape-specialized like every inductor seed."""')
     source = "\n\n\n".join([doc + "\n" + "\n".join(imports), *f_body, *b_body, glue.strip()]) + "\n"
-    ast.parse(source)
+    pyast.parse(source)
     return source

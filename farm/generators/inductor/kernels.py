@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import builtins
 
+from farm import pyast
 from farm.generators.inductor.layers import Unsupported
 from farm.pyast import dotted_name as _dotted
 
@@ -13,7 +14,7 @@ from farm.pyast import dotted_name as _dotted
 def kernel_sources(wrapper: str) -> dict[str, str]:
     """name -> source of every `name = async_compile.triton('name', '''...''')` in the wrapper."""
     found: dict[str, str] = {}
-    for node in ast.parse(wrapper).body:
+    for node in pyast.parse(wrapper).body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             func = _dotted(node.value.func)
             if func.startswith("async_compile."):
@@ -65,7 +66,7 @@ class _Renamer(ast.NodeTransformer):
                 import triton.language as tl
 
                 if hasattr(tl.math, node.attr):
-                    return ast.copy_location(ast.parse(f"tl.math.{node.attr}", mode="eval").body, node)
+                    return ast.copy_location(pyast.parse(f"tl.math.{node.attr}", mode="eval").body, node)
                 if node.attr in INTERPRETER_SHIMS:
                     self.usage.shims.add(node.attr)
                     return ast.copy_location(ast.Name(f"libdevice_{node.attr}", node.ctx), node)
@@ -78,7 +79,7 @@ class _Renamer(ast.NodeTransformer):
 def _jit_functions(src: str, where: str) -> list[ast.FunctionDef]:
     """The @triton.jit functions of one inductor kernel module, heuristics decorators dropped."""
     out = []
-    for node in ast.parse(src).body:
+    for node in pyast.parse(src).body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         if (
@@ -112,7 +113,7 @@ def _helper_library() -> dict[str, ast.FunctionDef]:
 
     path = Path(torch.__file__).parent / "_inductor" / "runtime" / "triton_helpers.py"
     found = {}
-    for node in ast.parse(path.read_text()).body:
+    for node in pyast.parse(path.read_text()).body:
         if isinstance(node, ast.FunctionDef) and any(
             _dotted(d.func if isinstance(d, ast.Call) else d) == "triton.jit" for d in node.decorator_list
         ):
@@ -156,7 +157,7 @@ def _inline_helpers(needed: set[str], cpu: bool, usage: _Usage) -> list[str] | N
     names["math"] = "tl_math"  # triton_helpers' `math` is triton.language.math
     out = []
     for name in sorted(order):
-        fn = ast.parse(ast.unparse(library[name])).body[0]
+        fn = pyast.parse(ast.unparse(library[name])).body[0]
         free = _free_names(fn)
         if free - set(names) - _ALLOWED_FREE:
             return None

@@ -12,6 +12,7 @@ import ast
 import re
 from typing import NamedTuple
 
+from farm import pyast
 from farm.evaluate.static_checks import static_verdict
 
 PYTHON_LABELS = {"python", "py", "python3"}
@@ -76,7 +77,7 @@ def check_source(source: str) -> Extracted:
     if not source.strip():
         return _reject("the ```python block is empty")
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         code = (exc.text or "").strip()

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from importlib import resources
 from string import Template
 
+from farm import pyast
 from farm.evaluate import static_checks
 from farm.generators.base import Candidate, Context
 
@@ -76,7 +77,7 @@ def task_section(ctx: Context) -> str:
 def task_code(task_source: str) -> str:
     """The task file without its module docstring and its Triton kernels (the parent shows those)."""
     try:
-        tree = ast.parse(task_source)
+        tree = pyast.parse(task_source)
     except SyntaxError:
         return task_source
     lines = task_source.splitlines()
@@ -155,7 +156,7 @@ def answer_section(ctx: Context) -> str:
 def model_signature(task_source: str) -> str:
     """`__init__(self, eps)` and `forward(self, x, w)` of the task's Model, as far as it can be read."""
     try:
-        tree = ast.parse(task_source)
+        tree = pyast.parse(task_source)
     except SyntaxError:
         return "see Model in the task file"
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
