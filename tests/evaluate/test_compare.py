@@ -72,3 +72,22 @@ def test_tensors_on_one_device_stay_there(monkeypatch):
     e = torch.ones(4)
     assert _check(e.clone(), e).ok
     assert moved == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_fast_verdict_is_the_float64_rule_element_by_element(dtype):
+    """The comparison works in float32 for speed; each element's verdict is still the policy's
+    |out - exp| <= atol + rtol * |exp| evaluated in float64, including at the boundary."""
+    gen = torch.Generator().manual_seed(1)
+    atol, rtol = compare.tolerance_for(dtype)
+    e = (torch.randn(4000, generator=gen) * 3).to(dtype)
+    bound = (atol + rtol * e.double().abs())
+    scale = torch.tensor([0.5, 0.99, 1.0, 1.01, 2.0]).repeat(800).double()
+    a = (e.double() + bound * scale * torch.sign(torch.randn(4000, generator=gen))).to(dtype)
+    expected_bad = int(((a.double() - e.double()).abs() > atol + rtol * e.double().abs()).sum())
+    for i in range(500):
+        one = _check(a[i:i + 1], e[i:i + 1])
+        want = bool((a[i].double() - e[i].double()).abs() <= atol + rtol * e[i].double().abs())
+        assert one.ok == want, (i, float(a[i]), float(e[i]), one.reason)
+    whole = _check(a, e)
+    assert not whole.ok and whole.reason.startswith(f"{expected_bad} of 4000 elements outside")
