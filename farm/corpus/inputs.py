@@ -11,6 +11,7 @@ import threading
 
 from farm.corpus import tasks as corpus
 from farm.errors import TaskError
+from farm.runtime import pointers
 from farm.runtime.tensors import same_values, seed_all
 
 
@@ -54,8 +55,10 @@ def filled_uninitialised_memory():
 def draw_seeded(task: corpus.Task, seed: int) -> list:
     with _DRAWING:
         seed_all(seed)
-        with filled_uninitialised_memory():
-            return task.inputs()
+        with filled_uninitialised_memory(), pointers.watching_addresses() as seen:
+            inputs = task.inputs()
+    # addresses as values become tokens: the same for the same seed, storable (farm.runtime.pointers)
+    return pointers.encode(inputs, seen)
 
 
 def draw_inputs(task: corpus.Task, seed: int) -> list:
@@ -75,23 +78,7 @@ def draw_inputs(task: corpus.Task, seed: int) -> list:
         again = draw_seeded(task, seed)
     if not same_values(inputs, again):
         differ = [i for i, (a, b) in enumerate(zip(inputs, again)) if not same_values(a, b)]
-        pointers = [i for i in differ if holds_addresses(inputs[i], inputs)]
-        if pointers:
-            raise TaskError(task.ref.path, "get_inputs() passes memory addresses as values",
-                            f"input(s) {pointers} hold the data_ptr() of other inputs: an address differs with "
-                            "every call, cannot be stored in the .pt, and points into host memory once the "
-                            "inputs are moved to the device; pass the tensors themselves")
         raise TaskError(task.ref.path, "get_inputs() must be deterministic under torch.manual_seed",
                         f"two calls with the same seed gave different values (inputs {differ}), twice")
     return inputs
 
-
-def holds_addresses(value, inputs: list) -> bool:
-    """An integer tensor whose values include the address of a tensor among `inputs` (AKG's
-    block-table files pass `torch.tensor([t.data_ptr()])`)."""
-    import torch
-
-    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.numel() == 0 or value.numel() > 4096:
-        return False
-    addresses = {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor) and t is not value and t.numel()}
-    return bool(addresses & {int(v) for v in value.flatten().to(torch.int64).tolist()})

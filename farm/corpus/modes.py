@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from farm import pyast
 from farm.corpus import tasks as corpus
 from farm.corpus.tasks import TaskRef
 from farm.errors import TaskError
@@ -50,7 +51,7 @@ def framework_import(path: Path, name: str) -> str | None:
 
     text = path.read_text(errors="replace")
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return None
     for node in tree.body:
@@ -200,3 +201,16 @@ def load_resolved(ref: TaskRef, shapes: str = "bench", reference: str | None = N
         except TaskError:
             return task
     return task
+
+
+def as_recorded(task: corpus.Task, ref_data: dict) -> corpus.Task:
+    """The task with the inputs its Model was seen to change in place when the reference data
+    was made (the .pt's `mutated_inputs`) added to its in-place arguments: AKG's files write into
+    buffers they are passed without declaring INPLACE_ARGS, and a candidate must be allowed to
+    do what the original does."""
+    import dataclasses
+
+    recorded = set(ref_data.get("mutated_inputs") or ())
+    if recorded <= set(task.inplace_args):
+        return task
+    return dataclasses.replace(task, inplace_args=tuple(sorted(recorded | set(task.inplace_args))))

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from farm.evaluate import timing
+from farm.runtime import pointers
 from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import clone_values, to_cpu
@@ -98,14 +99,16 @@ class RoundsMixin:
         timed, other = bufs[key], self.inputs[swap_key]
         if not _same_layout(timed, other):
             return "skipped: the input sets differ in shape, dtype or plain values"
-        for dst, src in zip(timed, other):
-            if isinstance(dst, torch.Tensor):
+        # an input holding addresses keeps pointing into the graph's own buffers
+        fixed = pointers.holders(timed)
+        for i, (dst, src) in enumerate(zip(timed, other)):
+            if isinstance(dst, torch.Tensor) and i not in fixed:
                 dst.copy_(src)
         graph.replay()
         self.timer.synchronize()
         outputs[swap_key] = to_cpu(as_output_list(last[key]))
-        for dst, src in zip(timed, self.inputs[key]):
-            if isinstance(dst, torch.Tensor):
+        for i, (dst, src) in enumerate(zip(timed, self.inputs[key])):
+            if isinstance(dst, torch.Tensor) and i not in fixed:
                 dst.copy_(src)
         return "replayed"
 

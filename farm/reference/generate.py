@@ -25,10 +25,10 @@ from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError, StorageError
 from farm.reference import manifest, seedsets
 from farm.reference.ptfile import load_pt_file
-from farm.runtime import grads
+from farm.runtime import grads, pointers
 from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import run_in_child
-from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
+from farm.runtime.tensors import clone_values, describe_values, identical, seed_all, to_cpu, to_device
 from farm.storage import Store
 from farm.storage.base import sha256_file
 from farm.targets import DeviceSpec
@@ -46,9 +46,11 @@ def _shapes_dtypes(values: list) -> tuple[list, list]:
     return [torch.Size(s) if s is not None else None for s in shapes], dtypes
 
 
-def _forward(model, inputs: list, spec: DeviceSpec, check=lambda raw: raw) -> tuple[list, float]:
+def _forward(model, inputs: list, spec: DeviceSpec, check=lambda raw: raw,
+             watch: bool = False) -> tuple[list, float, list[int]]:
     """One forward on a copy of the inputs (forward may work in place): outputs on the CPU,
-    after `check` (a Model that returns what no .pt can hold is refused there)."""
+    after `check` (a Model that returns what no .pt can hold is refused there), and, with
+    `watch`, which inputs forward changed (a copy of each back to the host: once per op)."""
     import torch
 
     with torch.no_grad():
@@ -58,7 +60,12 @@ def _forward(model, inputs: list, spec: DeviceSpec, check=lambda raw: raw) -> tu
         raw = model(*dev_inputs)
         targets.synchronize(spec)
         elapsed = time.perf_counter() - start
-    return as_output_list(to_cpu(check(raw))), elapsed
+    # against the host copy, one tensor at a time (no second copy on the device); addresses
+    # held as values are compared as the tokens the host copy holds
+    after = pointers.encode(dev_inputs) if watch else []
+    mutated = [i for i, (a, b) in enumerate(zip(after, inputs))
+               if isinstance(a, torch.Tensor) and not identical(a.cpu(), b)]
+    return as_output_list(to_cpu(check(raw))), elapsed, mutated
 
 
 def generate_reference(task: corpus.Task, spec: DeviceSpec, seed: int,
@@ -85,7 +92,8 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
     inputs = draw_inputs(task, seed)
     saved_inputs = clone_values(inputs)  # forward may work in place; the .pt keeps the originals
     report("forward")
-    outputs, elapsed = _forward(model, inputs, spec, lambda raw: corpus.check_outputs(task, task.model_cls, raw))
+    checked = lambda raw: corpus.check_outputs(task, task.model_cls, raw)  # noqa: E731
+    outputs, elapsed, mutated = _forward(model, inputs, spec, checked, watch=True)
     extras = backward_record(task, model, inputs, seed, dev, report) if task.backward else {}
     secret = None
     if seed_sets:
@@ -122,6 +130,8 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
         "triton_version": _triton_version(),
         "farm_version": __version__,
         "reference_time_s": elapsed,
+        # inputs the original Model changes in place: a candidate may (and is timed as if) too
+        "mutated_inputs": mutated,
         **extras,
     }, secret
 

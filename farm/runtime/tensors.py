@@ -3,7 +3,11 @@ moving, cloning, describing. Shared by ops check, reference generation and the e
 
 from __future__ import annotations
 
+import io
+import pickle
 from typing import Any
+
+from farm.runtime import pointers
 
 
 def seed_all(seed: int) -> None:
@@ -17,12 +21,13 @@ def to_device(values: list, device: str) -> list:
 
     def move(v):
         if isinstance(v, torch.Tensor):
-            return v.to(device)
+            return pointers.moved(v, device)
         if isinstance(v, (list, tuple)):
             return type(v)(move(x) for x in v)
         return v
 
-    return [move(v) for v in values]
+    # an input holding another's address (farm.runtime.pointers) gets the address it has there
+    return pointers.resolve([move(v) for v in values])
 
 
 def clone_values(values: list) -> list:
@@ -35,7 +40,7 @@ def clone_values(values: list) -> list:
             return type(v)(cp(x) for x in v)
         return v
 
-    return [cp(v) for v in values]
+    return pointers.repoint(values, [cp(v) for v in values])
 
 
 def describe_values(values: list) -> tuple[list, list]:
@@ -94,3 +99,45 @@ def identical(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
     return type(a) is type(b) and a == b
+
+
+_SIGNED_OF = {"uint16": "int16", "uint32": "int32", "uint64": "int64"}
+
+
+def _unsigned(signed, dtype: str, state: dict):
+    import torch
+
+    out = signed.view(getattr(torch, dtype))
+    out.__dict__.update(state)
+    return out
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        import torch
+
+        if isinstance(obj, torch.Tensor) and str(obj.dtype).removeprefix("torch.") in _SIGNED_OF:
+            dtype = str(obj.dtype).removeprefix("torch.")
+            return _unsigned, (obj.view(getattr(torch, _SIGNED_OF[dtype])), dtype, dict(obj.__dict__))
+        return NotImplemented
+
+
+def dumps(obj: Any) -> bytes:
+    """pickle.dumps, except that unsigned tensors (uint16/32/64) cross as views of signed ones:
+    torch cannot unpickle their storages (its legacy storage path has no unsigned dtypes)."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of tensor data in a tree of lists, tuples and dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
