@@ -37,7 +37,7 @@ from farm.corpus.inputs import draw_inputs
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
-from farm.evaluate import profiles, static_checks, timing
+from farm.evaluate import profiles, static_checks, timed_checks, timing
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.result import EvalResult
 from farm.evaluate.result import Stop as _Stop
@@ -52,14 +52,7 @@ from farm.targets import DeviceSpec
 log = logging.getLogger(__name__)
 
 VERDICTS = ("compile_error", "runtime_error", "timeout", "crash", "mismatch", "cheat", "pass")
-# timed calls this much faster than first calls on never-seen inputs were served from a cache
-# (the CPU interpreter's timings are noisier: a wider margin there)
-CACHE_SPEED_RATIO = {"cpu": 0.2}
-DEFAULT_CACHE_SPEED_RATIO = 0.5
 PROBES = 3  # input sets never shown to a candidate before its first timed call on them
-# ...and only where a cache would save this much per call: first calls on new buffers of
-# microsecond kernels run measurably slower (page and TLB warm-up), which is not a cache
-CACHE_MIN_GAIN_MS = 0.1
 # What a verdict keeps of a candidate's words (its exception text, its log), after known
 # secrets are masked: stored in reports and databases and put into repair prompts.
 REASON_CHARS = 2000
@@ -112,7 +105,8 @@ class Evaluator(Comparison):
         self.settings = settings or EvalSettings.for_device(spec)
         self.profile = profiles.get(self.settings.profile)
         self.shapes = ref_data.get("shapes", "bench")
-        self.task = modes.load_resolved(task_ref, self.shapes, ref_data.get("reference_class"), ref_data.get("mode"))
+        self.task = modes.as_recorded(modes.load_resolved(task_ref, self.shapes, ref_data.get("reference_class"),
+                                                          ref_data.get("mode")), ref_data)
         self.seed_sets = ref_data.get("_seed_sets")
         if self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets:
             raise FarmError(f"{task_ref.path}: the task is in reference-data mode (no usable Reference) and its reference "
@@ -457,35 +451,9 @@ class Evaluator(Comparison):
         finally:
             for key in probe_keys:
                 self.candidates.__dict__.get("cached_inputs", set()).discard(key)
-        stats = reply["stats"]
-        if reply["side_stream"] or reply["foreign_thread"]:
-            raise _Stop("cheat", "kernels ran outside the timed stream while being timed")
-        if reply["launches"] < reply["min_calls"]:
-            raise _Stop("cheat", f"{reply['min_calls']} timed calls launched only {reply['launches']} Triton kernels")
-        for key, (_inputs, expected) in zip(keys + probe_keys, cases + probes):
-            got = reply["outputs"].get(key)
-            if got is None or not compare.all_ok(compare.compare_outputs(got, expected, self.tolerance)):
-                raise _Stop("cheat", f"the timed calls on input set {key} did not compute the verified outputs")
-        if not stats["median_ms"] > 0:
-            raise _Stop("cheat", "the timer reports no time at all")
-        probe = stats.get("probe_ms")
-        # the interpreter (cpu, or a stand-in such as ascend:cpu) times noisily: its wider margin
-        ratio = CACHE_SPEED_RATIO.get("cpu" if self.spec.target.interpret else self.spec.target.name,
-                                      DEFAULT_CACHE_SPEED_RATIO)
-        # host-bound per-call figures time the host's launch path, not the call: a probe on new
-        # inputs then says nothing about a cache (the outputs of every timed call and, in a
-        # graph, the launches captured per call still do)
-        if stats.get("host_bound", 0.0) >= 0.5:
-            stats["probe_check"] = "skipped: per-call timing host-bound"
-        elif probe and stats["median_ms"] < ratio * probe and probe - stats["median_ms"] > CACHE_MIN_GAIN_MS:
-            raise _Stop("cheat", f"timed calls took {stats['median_ms']:.4f} ms but a call on unseen inputs "
-                                 f"{probe:.4f} ms: repeated inputs are served from a cache")
-        if self.spec.target.name == "cuda":
-            host, dev = stats["host_median_ms"], stats["median_ms"]
-            if host > self.settings.unseen_work_ratio * dev and host > dev + 2.0:
-                raise _Stop("cheat", f"device events saw {dev:.3f} ms but each call took {host:.3f} ms: "
-                                     "work ran where the timer could not see it")
-        result.timing = stats
+        expected = {key: outputs for key, (_inputs, outputs) in zip(keys + probe_keys, cases + probes)}
+        result.timing = timed_checks.check(reply, expected, self.tolerance, self.spec.target,
+                                           self.settings.unseen_work_ratio)
 
     def close(self) -> None:
         self.candidates.close()

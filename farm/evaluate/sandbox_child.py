@@ -25,13 +25,14 @@ import torch
 from farm import targets
 from farm.evaluate import timing
 from farm.evaluate.child_rounds import RoundsMixin, _kind
-from farm.runtime import grads
+from farm.runtime import grads, pointers
 from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import clone_values, to_cpu, to_device
 
 _counter = itertools.count()
 _torch_save = torch.save
+_torch_load = torch.load
 _equal = torch.equal
 
 
@@ -272,7 +273,8 @@ class Runner(RoundsMixin):
         odd = _odd_output(outputs)
         if odd:
             return {"ok": False, "kind": "cheat", "error": odd}
-        mutated = [i for i, (a, b) in enumerate(zip(dev_inputs, pristine))
+        # addresses of inputs held as values differ between the copies: compare them as tokens
+        mutated = [i for i, (a, b) in enumerate(zip(pointers.encode(dev_inputs), pointers.encode(pristine)))
                    if isinstance(a, torch.Tensor) and i not in inplace_args and not _same_bits(a, b)]
         return {"ok": True, "outputs": to_cpu(outputs), "mutated_inputs": mutated,
                 "threads_alive": threading.active_count() - self.baseline_threads, **self.launches.summary()}
@@ -357,6 +359,7 @@ class Runner(RoundsMixin):
         self.timer.flush_mode = timing.check_flush(options.pop("flush", "write"))
         self.launches.reset()
         probe_ms: list[float] = []
+        beside_ms: list[float] = []
         try:
             select(keys[0])
             call()  # warms buffers, allocator and clocks
@@ -365,6 +368,7 @@ class Runner(RoundsMixin):
                 order = [keys[0]] * 3 + [k for p in probe_keys for k in (p, keys[0])]
                 times = self.timer.batch(call, len(order), prepare=lambda i: select(order[i]))
                 probe_ms = [t for t, k in zip(times, order) if k in probe_keys]
+                beside_ms = [t for i, (t, k) in enumerate(zip(times, order)) if i > 3 and k not in probe_keys]
             stats = timing.measure(call, self.timer, prepare=lambda i: select(keys[i % len(keys)]), **options).as_dict()
             if method == "npu_profiler":  # Ascend only; see farm.evaluate.timing (not run on hardware)
                 stats.update(event_median_ms=stats["median_ms"], median_ms=timing.npu_profiler_ms(call, self.timer),
@@ -377,9 +381,10 @@ class Runner(RoundsMixin):
                 self.inputs.pop(k, None)
                 self.fingerprints.pop(k, None)
         if probe_ms:
-            # the lower median: with an even count (2 stored seed sets as probes) a single slow
-            # first call must not pass for a cache
-            stats["probe_ms"] = sorted(probe_ms)[(len(probe_ms) - 1) // 2]
+            # the fastest probe, beside the calls on a seen set that followed each probe: a cache
+            # slows every unseen call, a preempted host (a busy CPU) only some, and both figures
+            # of one batch see the same moment's load
+            stats.update(probe_ms=min(probe_ms), probe_beside_ms=sorted(beside_ms)[(len(beside_ms) - 1) // 2])
         calls = stats["reps"] + 4 + (2 * len(probe_keys) + 3 if probe_keys else 0)
         outputs = {k: to_cpu(as_output_list(out)) for k, out in last.items()}
         return {"ok": True, "stats": stats, "outputs": outputs, "min_calls": calls, **self.launches.summary()}
@@ -444,6 +449,14 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return _equal(a, b)
 
 
+def _read_message(name: str) -> dict:
+    path = Path.cwd() / Path(name).name
+    try:
+        return _torch_load(path, map_location="cpu", weights_only=False)  # from the trusted parent
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def _reply(conn, payload: dict) -> None:
     buf = io.BytesIO()
     _torch_save(payload, buf)
@@ -489,6 +502,8 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
     while True:
         try:
             msg = pickle.loads(conn.recv_bytes())
+            if msg["cmd"] == "_file":  # a large command, written by the parent (Sandbox._message)
+                msg = _read_message(msg["name"])
         except (EOFError, OSError):
             return
         if msg["cmd"] == "exit":

@@ -1,0 +1,63 @@
+"""What a candidate's timed calls must show before their figure counts.
+
+The timing stage times forward on secret input sets; its reply is then held to this: every
+timed call launched Triton kernels on the timed stream from the calling thread, computed the
+verified answers, took measurable time, did not serve repeated inputs from a cache (probes on
+never-seen inputs, called inside the same batch) and, on CUDA, did no work the device events
+could not see. Each failure is a `cheat` verdict.
+"""
+
+from __future__ import annotations
+
+from farm.evaluate.result import Stop
+from farm.runtime import compare
+
+# timed calls this much faster than calls on never-seen inputs were served from a cache (the
+# CPU interpreter's timings are noisier: a wider margin there)
+CACHE_SPEED_RATIO = {"cpu": 0.2}
+DEFAULT_CACHE_SPEED_RATIO = 0.5
+# ...and only where a cache would save this much per call: first calls on new buffers of
+# microsecond kernels run measurably slower (page and TLB warm-up), which is not a cache
+CACHE_MIN_GAIN_MS = 0.1
+
+
+def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float) -> dict:
+    """The reply's stats, once every check passed; `cases` maps input-set key to expected outputs."""
+    stats = reply["stats"]
+    if reply["side_stream"] or reply["foreign_thread"]:
+        raise Stop("cheat", "kernels ran outside the timed stream while being timed")
+    if reply["launches"] < reply["min_calls"]:
+        raise Stop("cheat", f"{reply['min_calls']} timed calls launched only {reply['launches']} Triton kernels")
+    for key, expected in cases.items():
+        got = reply["outputs"].get(key)
+        if got is None or not compare.all_ok(compare.compare_outputs(got, expected, tolerance)):
+            raise Stop("cheat", f"the timed calls on input set {key} did not compute the verified outputs")
+    if not stats["median_ms"] > 0:
+        raise Stop("cheat", "the timer reports no time at all")
+    # host-bound per-call figures time the host's launch path, not the call: a probe on new
+    # inputs then says nothing about a cache (the outputs of every timed call and, in a graph,
+    # the launches captured per call still do)
+    if stats.get("host_bound", 0.0) >= 0.5:
+        stats["probe_check"] = "skipped: per-call timing host-bound"
+    elif stats.get("probe_ms") and served_from_cache(stats, cache_ratio(target)):
+        raise Stop("cheat", f"timed calls took {stats['median_ms']:.4f} ms but a call on unseen inputs "
+                            f"{stats['probe_ms']:.4f} ms: repeated inputs are served from a cache")
+    if target.name == "cuda":
+        host, dev = stats["host_median_ms"], stats["median_ms"]
+        if host > unseen_work_ratio * dev and host > dev + 2.0:
+            raise Stop("cheat", f"device events saw {dev:.3f} ms but each call took {host:.3f} ms: "
+                                "work ran where the timer could not see it")
+    return stats
+
+
+def cache_ratio(target) -> float:
+    # the interpreter (cpu, or a stand-in such as ascend:cpu) times noisily: its wider margin
+    return CACHE_SPEED_RATIO.get("cpu" if target.interpret else target.name, DEFAULT_CACHE_SPEED_RATIO)
+
+
+def served_from_cache(stats: dict, ratio: float) -> bool:
+    """Unseen inputs slower than seen ones both beside the probes in their own batch and in the
+    timing itself: a cache slows every unseen call, a busy host only the calls it preempts."""
+    probe = stats["probe_ms"]
+    seen = max(stats["median_ms"], stats.get("probe_beside_ms", 0.0))
+    return seen < ratio * probe and probe - seen > CACHE_MIN_GAIN_MS
