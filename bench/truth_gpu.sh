@@ -10,6 +10,8 @@
 # (farm/corpus/akg.py), AKG's files unchanged. The store lives in /tmp/truth-<corpus> so that a
 # later call on the same (warm) machine can go on: STEPS (default "reference search retime") picks
 # the steps of this call, and a search given the same run resumes where the last one stopped.
+# SOURCES: the sources of an akg call (default: every AKG source; issue 22's bar is over
+# "sglang vllm_triton vllm_torch", AKG's three original folders).
 # SEARCH_ARGS: more `farm search` options (e.g. --ops-per-device 4 for a corpus of 100 ops). Timing: the evaluator's default
 # (--timing-mode auto: a CUDA graph for ops whose original runs under 20 us, else events with a
 # 256 MB flush), and retime.py follows the mode each figure was taken in. JOBS (default 1): ops
@@ -24,7 +26,7 @@ farm() { python3 -m farm "$@"; }
 if [ "$corpus" = akg ]; then
   printf 'corpus:\n  akg_root: %s\n' "${3:?AKG checkout}" > /tmp/truth-akg.yaml
   export FARM_CONFIG=/tmp/truth-akg.yaml
-  sources=$(farm ops list --json | python3 -c 'import json,sys; print(" ".join(sorted({r["source"] for r in json.load(sys.stdin) if r.get("origin") == "akg"})))')
+  sources=${SOURCES:-$(farm ops list --json | python3 -c 'import json,sys; print(" ".join(sorted({r["source"] for r in json.load(sys.stdin) if r.get("origin") == "akg"})))')}
 else
   sources="demo sglang vllm_triton vllm_torch"
 fi
