@@ -10,12 +10,14 @@ import time
 
 from farm.evaluate import speedup as speedups
 from farm.evaluate import timing
-from farm.evaluate.lease import TIMING
+from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
 from farm.evaluate.sandbox import SandboxDied
 from farm.runtime import compare
 from farm.targets import DeviceSpec
 
+# device label -> its measured floor (farm.evaluate.floor), shared by the process's evaluators
+_FLOORS: dict[str, dict] = {}
 SUSPICIOUS_SPEEDUP = 20.0  # against Reference; reported, never trusted silently
 # what a result keeps of the per-call pass (probes, host checks) beside the compared figure
 PER_CALL_KEYS = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "host_median_ms", "host_bound", "probe_ms",
@@ -94,13 +96,19 @@ class Comparison:
         return self._op_timing
 
     def floor(self) -> dict | None:
-        """The device's copy bandwidth and empty-kernel time per mode (trusted runner, once)."""
+        """The device's copy bandwidth and empty-kernel time per mode: measured in a trusted
+        runner once per device and process, not once per op (it is the device's, and each
+        measurement held the device for about half a second of every op's search)."""
         if self._floor is None:
-            try:
-                reply = self.references.call("device_limits", self.settings.limits.time_s)
-            except SandboxDied:
-                reply = {}
-            self._floor = {"limits": reply.get("limits") if reply.get("ok") else None}
+            self._floor = {"limits": _FLOORS.get(self.spec.label)}
+            if self._floor["limits"] is None:
+                try:
+                    reply = self.references.call("device_limits", self.settings.limits.time_s)
+                except SandboxDied:
+                    reply = {}
+                self._floor["limits"] = reply.get("limits") if reply.get("ok") else None
+                if self._floor["limits"]:
+                    _FLOORS[self.spec.label] = self._floor["limits"]
         return self._floor["limits"]
 
     def _round(self, who: str, keys: list[str], mode: str, calls: int, reps: int, outputs: bool = False) -> dict:
@@ -124,16 +132,18 @@ class Comparison:
             return reply
         return self.references.call("time_round", self.settings.limits.time_s, slot=who, **args)
 
+    def _put_time_cases(self) -> None:
+        keys, cases = self._time_cases()
+        for key, (inputs, _expected) in zip(keys, cases):
+            self._put(key, inputs)  # a fresh runner (the re-timing) has none yet
+
     def _interleave(self, mode: str, baselines: list[str], rounds: int) -> tuple[list, list[float], dict, dict]:
         """Candidate and baselines in alternating rounds, all in `mode`. Returns the (who, round
         median) sequence, the candidate's samples, the outputs of its last round and the
         baselines that failed (name -> why)."""
-        keys, cases = self._time_cases()
-        for key, (inputs, _expected) in zip(keys, cases):
-            self._put(key, inputs)  # a fresh runner (the re-timing) has none yet
+        self._put_time_cases()
         calls = self.op_timing()["graph_calls"] if mode == "graph" else 0
-        if mode == "graph":
-            keys = self._graph_keys()
+        keys = self._graph_keys() if mode == "graph" else self._time_cases()[0]
         reps = self.settings.round_reps
         order = speedups.round_order(baselines, rounds)
         timed: list[tuple[str, float]] = []
@@ -241,13 +251,18 @@ class Comparison:
         self.candidates.kill()
         self._null_run = True
         try:
-            reply = self.candidates.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
-                                         source=self.ref.source, shapes=self.shapes, which="Model",
-                                         init_inputs=self.init_inputs, policy=self.ref.policy)
-            if not reply.get("ok"):
-                return None
+            self.candidates.ensure_started()
+            with self.lease.hold(VERIFICATION):
+                reply = self.candidates.call("load_task", self.settings.limits.compile_s,
+                                             path=str(self.ref.path.resolve()), source=self.ref.source,
+                                             shapes=self.shapes, which="Model", init_inputs=self.init_inputs,
+                                             policy=self.ref.policy)
+                if not reply.get("ok"):
+                    return None
+                self._put_time_cases()
             result = EvalResult(verdict="pass")
-            self._compare_all(result, rounds=self.settings.confirm_rounds)
+            with self.lease.hold(TIMING):
+                self._compare_all(result, rounds=self.settings.confirm_rounds)
             return result.comparison.get("model")
         except (Stop, SandboxDied):
             return None
@@ -261,17 +276,24 @@ class Comparison:
         reads the result)."""
         if self.spec.target.interpret:  # the interpreter's timings would confirm nothing
             return {"timed": False, "runner": "none", "skipped": "interpreter timings are not kernel timings"}
-        with self.lease.hold(TIMING):  # the device alone, as for every timing (farm.evaluate.lease)
-            return self._confirm(source, name)
+        return self._confirm(source, name)
 
     def _confirm(self, source: str, name: str) -> dict:
-        null = self.null_check() if self.model_runs() else None
+        """The device alone only for the rounds (farm.evaluate.lease): the fresh runners' starts,
+        loads and first runs share it with other ops' verifications."""
+        with self.lease.hold(VERIFICATION):
+            model_runs = self.model_runs()
+        null = self.null_check() if model_runs else None
         self.candidates.kill()
         result = EvalResult(verdict="pass")
         started = time.monotonic()
         try:
-            self._compile(source, name)
-            self._compare_all(result, rounds=self.settings.confirm_rounds)
+            self.candidates.ensure_started()
+            with self.lease.hold(VERIFICATION):
+                self._compile(source, name)
+                self._put_time_cases()
+            with self.lease.hold(TIMING):
+                self._compare_all(result, rounds=self.settings.confirm_rounds)
         except Stop as stop:
             return {"error": f"{stop.verdict}: {stop.reason}"}
         except SandboxDied as died:

@@ -191,6 +191,12 @@ class Sandbox:
         return os_boundary.wrap(argv, scratch=self.workdir, env=env, devices=target.sandbox_nodes(self.spec.index),
                                 read_only=[*self.read_only, *target.sandbox_paths()], writable=caches)
 
+    def ensure_started(self) -> None:
+        """Start the runner now unless it runs: a start (a process, torch, a device context)
+        takes seconds, which callers pay before they take the device lease, not inside it."""
+        if not self.alive:
+            self.start()
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -230,8 +236,7 @@ class Sandbox:
     # ------------------------------------------------------------ commands
 
     def call(self, cmd: str, timeout_s: float, **args: Any) -> dict:
-        if not self.alive:
-            self.start()
+        self.ensure_started()
         self.conn.send_bytes(self._message({"cmd": cmd, **args}))
         reply = self._receive(timeout_s, cmd)
         if reply.get("restart"):  # the runner found itself tampered with and has exited

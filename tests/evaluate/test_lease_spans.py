@@ -1,0 +1,131 @@
+"""What holds the device, and for how long (issue 17): runner starts never hold it, loads and
+first runs share it as verifications, and only timing calls hold it alone. A start inside a
+timing's hold kept every other op of the device waiting for seconds. Scripted runners, a real
+lease, no device."""
+
+from __future__ import annotations
+
+import types
+
+from farm.evaluate import comparison
+from farm.evaluate.lease import DeviceLease
+from farm.evaluate.result import EvalResult
+from test_speedup import _scripted_evaluator
+
+
+class Runner:
+    """A runner that writes down, for every start and command, the phase its caller holds."""
+
+    def __init__(self, name: str, lease: DeviceLease, log: list, replies: dict | None = None):
+        self.name, self.lease, self.log, self.replies = name, lease, log, replies or {}
+        self.alive, self.cached_inputs, self.starts = False, set(), 0
+
+    def _phase(self):
+        return getattr(self.lease._mine, "phase", None)
+
+    def ensure_started(self):
+        if not self.alive:
+            self.alive, self.starts = True, self.starts + 1
+            self.log.append((self.name, "start", self._phase()))
+
+    def kill(self):
+        self.alive = False
+
+    def call(self, cmd, timeout_s, **args):
+        self.ensure_started()
+        self.log.append((self.name, cmd, self._phase()))
+        return self.replies.get(cmd, {"ok": True, "samples": [0.01] * 4, "stats": {"median_ms": 0.01},
+                                      "side_stream": False, "foreign_thread": False, "launches": 10})
+
+    def with_inputs(self, cmd, timeout_s, key, inputs, **args):
+        return self.call(cmd, timeout_s, **args)
+
+
+def _evaluator(log: list):
+    ev = _scripted_evaluator(lambda who, mode: None)
+    del ev._round  # the real one, through the scripted runners
+    ev.lease = DeviceLease("test-lease-spans", host_wide=False)
+    ev.task = types.SimpleNamespace(inplace_args=(), reference_cls=None, mode="model")
+    ev.ref = types.SimpleNamespace(path=types.SimpleNamespace(resolve=lambda: "/task.py"), source="s", policy=None)
+    ev.shapes, ev.init_inputs, ev.inputs, ev.backward = "bench", [], [], None
+    ev.candidates = Runner("candidates", ev.lease, log)
+    ev.references = Runner("references", ev.lease, log)
+    ev._call = lambda cmd, timeout_s, *a, **k: ev.candidates.call(cmd, timeout_s, **k)
+    ev._compile = lambda source, name: ev.candidates.call("load_source", 1)
+    ev._clean = lambda text, limit: text
+    ev.model_runs = lambda: True
+    return ev
+
+
+def test_the_re_timing_holds_the_device_alone_only_for_its_rounds():
+    log: list = []
+    ev = _evaluator(log)
+    confirmation = ev.confirm("source")
+    assert "error" not in confirmation and confirmation["null"] is not None
+    starts = [phase for who, what, phase in log if what == "start" and who == "candidates"]
+    assert starts == [None, None]  # the null check's runner and the candidate's: no hold at all
+    loads = [phase for _who, what, phase in log if what in ("load_task", "load_source")]
+    assert loads == ["verification", "verification"]
+    rounds = [phase for _who, what, phase in log if what == "time_round"]
+    assert rounds and set(rounds) == {"timing"}
+
+
+def test_a_baseline_is_run_as_a_verification_and_timed_alone():
+    log: list = []
+    ev = _evaluator(log)
+    del ev.baseline
+    ev._baseline = None
+    base = ev.baseline()
+    assert base["model_ms"] == 0.01
+    phases = {what: phase for who, what, phase in log if who == "references"}
+    assert phases == {"start": None, "load_task": "verification", "run": "verification", "time": "timing"}
+
+
+def test_the_device_floor_is_measured_once_per_device_and_process(monkeypatch):
+    monkeypatch.setattr(comparison, "_FLOORS", {})
+    log: list = []
+    limits = {"copy_bw_bytes_s": 3e12, "empty_kernel_ms": {"events": 0.003}}
+    for _ in range(2):  # two ops' evaluators on one device
+        ev = _evaluator(log)
+        del ev.floor
+        ev._floor = None
+        ev.references.replies["device_limits"] = {"ok": True, "limits": limits}
+        assert ev.floor() == limits
+    assert [what for _who, what, _phase in log if what == "device_limits"] == ["device_limits"]
+
+
+def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(tmp_path, monkeypatch):
+    import shutil
+
+    import torch
+
+    from farm.corpus.tasks import ref_from_file
+    from farm.evaluate import lease as device_lease
+    from farm.evaluate.evaluator import EvalSettings, Evaluator
+    from farm.evaluate.sandbox import Sandbox
+    from test_evaluator import CPU, LIMITS, NAN_TASK
+
+    held_at_start = []
+    real_start = Sandbox.start
+
+    def start(self):
+        lease = device_lease.for_device(self.spec.label, host_wide=False)
+        held_at_start.append(getattr(lease._mine, "phase", None))
+        real_start(self)
+
+    monkeypatch.setattr(Sandbox, "start", start)
+    path = tmp_path / "log_op.py"
+    path.write_text(NAN_TASK)
+    x = torch.rand(64) + 0.5
+    data = {"inputs": [x], "init_inputs": [], "outputs": [torch.log(x)], "shapes": "bench"}
+    settings = EvalSettings.for_device(CPU)
+    settings.limits = LIMITS
+    evaluator = Evaluator(ref_from_file(path, "local"), data, CPU, settings)
+    try:
+        result = evaluator.evaluate(NAN_TASK.replace("class Model(", "class ModelNew("), "log_op.py")
+    finally:
+        evaluator.close()
+        for sandbox in (evaluator.candidates, evaluator.references):
+            shutil.rmtree(sandbox.workdir, ignore_errors=True)
+    assert result.verdict == "pass", result.reason
+    assert held_at_start == [None, None]  # the candidates' runner and the trusted one
