@@ -352,6 +352,19 @@ def get_init_inputs():
 '''
 
 
+def evaluate_nan_task_once(path: Path, data: dict):
+    """NAN_TASK's own Model as the candidate, in an Evaluator of its own."""
+    settings = EvalSettings.for_device(CPU)
+    settings.limits = LIMITS
+    evaluator = Evaluator(ref_from_file(path, "local"), data, CPU, settings)
+    try:
+        return evaluator.evaluate(NAN_TASK.replace("class Model(", "class ModelNew("), "log_op.py")
+    finally:
+        evaluator.close()
+        for sandbox in (evaluator.candidates, evaluator.references):
+            shutil.rmtree(sandbox.workdir, ignore_errors=True)
+
+
 def test_correct_kernel_with_nan_outputs_passes(tmp_path):
     path = tmp_path / "log_op.py"
     path.write_text(NAN_TASK)
@@ -360,15 +373,7 @@ def test_correct_kernel_with_nan_outputs_passes(tmp_path):
     expected = torch.log(x)
     assert expected.isnan().any()
     data = {"inputs": [x], "init_inputs": [], "outputs": [expected], "shapes": "bench"}
-    settings = EvalSettings.for_device(CPU)
-    settings.limits = LIMITS
-    evaluator = Evaluator(ref_from_file(path, "local"), data, CPU, settings)
-    try:
-        result = evaluator.evaluate(NAN_TASK.replace("class Model(", "class ModelNew("), "log_op.py")
-    finally:
-        evaluator.close()
-        for sandbox in (evaluator.candidates, evaluator.references):
-            shutil.rmtree(sandbox.workdir, ignore_errors=True)
+    result = evaluate_nan_task_once(path, data)
     assert result.verdict in ("pass", "mismatch"), (result.verdict, result.reason)
     if not result.passed:
         raise WrongVerdict(f"{result.verdict}: {result.reason}")

@@ -95,15 +95,11 @@ def test_the_device_floor_is_measured_once_per_device_and_process(monkeypatch):
 
 
 def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(tmp_path, monkeypatch):
-    import shutil
-
     import torch
 
-    from farm.corpus.tasks import ref_from_file
     from farm.evaluate import lease as device_lease
-    from farm.evaluate.evaluator import EvalSettings, Evaluator
     from farm.evaluate.sandbox import Sandbox
-    from test_evaluator import CPU, LIMITS, NAN_TASK
+    from test_evaluator import NAN_TASK, evaluate_nan_task_once
 
     held_at_start = []
     real_start = Sandbox.start
@@ -118,14 +114,6 @@ def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(t
     path.write_text(NAN_TASK)
     x = torch.rand(64) + 0.5
     data = {"inputs": [x], "init_inputs": [], "outputs": [torch.log(x)], "shapes": "bench"}
-    settings = EvalSettings.for_device(CPU)
-    settings.limits = LIMITS
-    evaluator = Evaluator(ref_from_file(path, "local"), data, CPU, settings)
-    try:
-        result = evaluator.evaluate(NAN_TASK.replace("class Model(", "class ModelNew("), "log_op.py")
-    finally:
-        evaluator.close()
-        for sandbox in (evaluator.candidates, evaluator.references):
-            shutil.rmtree(sandbox.workdir, ignore_errors=True)
+    result = evaluate_nan_task_once(path, data)
     assert result.verdict == "pass", result.reason
     assert held_at_start == [None, None]  # the candidates' runner and the trusted one
