@@ -59,7 +59,8 @@ REASON_CHARS = 2000
 LOG_CHARS = 4000
 # what each stage does with the device (farm.evaluate.lease): timings hold it alone
 STAGE_PHASE = {"compile": device_lease.VERIFICATION, "verify": device_lease.VERIFICATION,
-               "verify_backward": device_lease.VERIFICATION, "time": device_lease.TIMING,
+               "verify_backward": device_lease.VERIFICATION, "probes": device_lease.VERIFICATION,
+               "time": device_lease.TIMING,
                "compare": device_lease.TIMING, "time_backward": device_lease.TIMING}
 
 
@@ -316,6 +317,7 @@ class Evaluator(Comparison):
         stages = [("compile", lambda _: self._compile(source, name)), ("verify", lambda first: self._verify(first, result))]
         if self.backward is not None:
             stages.append(("verify_backward", lambda _: self.backward.verify(result, _Stop)))
+        stages.append(("probes", lambda _: self._put_probes()))
         stages.append(("time", lambda _: self._time(result)))
         stages.append(("compare", lambda _: self._compare_all(result)))
         if self.backward is not None:
@@ -446,6 +448,22 @@ class Evaluator(Comparison):
             raise _Stop("cheat", "the outputs are the same with every Triton launch skipped: "
                                  "the kernels do not compute them")
 
+    def _probe_keys(self) -> list[str]:
+        first = len(self.fresh_cases())
+        return [f"seed{first + i}" for i in range(len(self.probe_cases()))]
+
+    def _put_probes(self) -> None:
+        """The probe sets reach the runner just before the timing and outside its exclusive
+        hold (a large set takes a second to send), with no candidate call in between: a
+        candidate never runs while they are there before it is timed on them. A failed send
+        takes the runner down, so no next candidate finds them either."""
+        try:
+            for key, (inputs, _expected) in zip(self._probe_keys(), self.probe_cases()):
+                self._put(key, inputs)
+        except BaseException:
+            self.candidates.kill()
+            raise
+
     def _time(self, result: EvalResult) -> None:
         """Time on the secret fresh-seed inputs in rotation, then check that the timed calls
         launched kernels and computed the verified answers: no cache, replay or lazy shortcut
@@ -453,9 +471,8 @@ class Evaluator(Comparison):
         cases = self.fresh_cases()
         keys = [f"seed{i}" for i in range(len(cases))]
         probes = self.probe_cases()
-        probe_keys = [f"seed{len(cases) + i}" for i in range(len(probes))]
-        for key, (inputs, _expected) in zip(probe_keys, probes):
-            self._put(key, inputs)
+        probe_keys = self._probe_keys()
+        self._put_probes()  # a no-op after the probes stage: they are kept until this call
         try:
             reply = self._call("time", self.settings.limits.time_s, keys=keys, options=self.settings.timing,
                                probe_keys=probe_keys, inplace_args=self.task.inplace_args)

@@ -101,15 +101,22 @@ def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(t
     from farm.evaluate.sandbox import Sandbox
     from test_evaluator import NAN_TASK, evaluate_nan_task_once
 
-    held_at_start = []
-    real_start = Sandbox.start
+    held_at_start, commands = [], []
+    real_start, real_call = Sandbox.start, Sandbox.call
+
+    def phase(sandbox):
+        return getattr(device_lease.for_device(sandbox.spec.label, host_wide=False)._mine, "phase", None)
 
     def start(self):
-        lease = device_lease.for_device(self.spec.label, host_wide=False)
-        held_at_start.append(getattr(lease._mine, "phase", None))
+        held_at_start.append(phase(self))
         real_start(self)
 
+    def call(self, cmd, timeout_s, **args):
+        commands.append((cmd, args.get("key"), phase(self), id(self)))
+        return real_call(self, cmd, timeout_s, **args)
+
     monkeypatch.setattr(Sandbox, "start", start)
+    monkeypatch.setattr(Sandbox, "call", call)
     path = tmp_path / "log_op.py"
     path.write_text(NAN_TASK)
     x = torch.rand(64) + 0.5
@@ -117,3 +124,11 @@ def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(t
     result = evaluate_nan_task_once(path, data)
     assert result.verdict == "pass", result.reason
     assert held_at_start == [None, None]  # the candidates' runner and the trusted one
+    # the probe sets: sent as a verification, then timed at once, with no candidate call between
+    candidates_runner = next(c[3] for c in commands if c[0] == "load_source")
+    commands = [c[:3] for c in commands if c[3] == candidates_runner]
+    timed = next(i for i, c in enumerate(commands) if c[0] == "time" and c[2] == "timing")
+    probes = [c for c in commands[:timed] if c[0] == "put_inputs" and c[1] in ("seed2", "seed3", "seed4")]
+    assert [c[2] for c in probes] == ["verification"] * 3
+    last_probe = max(i for i, c in enumerate(commands[:timed]) if c in probes)
+    assert all(c[0] == "put_inputs" for c in commands[last_probe:timed])
