@@ -242,47 +242,78 @@ def test_model_with_parameters_gets_a_triton_seed_that_passes_on_cpu(tmp_path):
     get_parameter/get_buffer, and computes conv and matmul in Triton (no extern call)."""
     path = tmp_path / "conv_bn_linear.py"
     path.write_text(textwrap.dedent(CONV_NORM_TASK))
-    gen = load_generator("inductor")
-    seeds = gen.seeds(_ctx(path, "mini", "cpu", shapes="bench"))
-    assert len(seeds) == 1, gen.reasons
-    source = seeds[0].source
+    source, result = _seed_and_its_evaluation(path)
     assert "add_module('conv', nn.Conv2d(3, 4, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1)))" in source
     assert "self.get_buffer('norm.running_var')" in source and "self.get_parameter('head.weight')" in source
     assert "extern_kernels" not in source and "aten." not in source
-
-    ref = corpus.TaskRef("mini", "conv_bn_linear", path)
-    spec = resolve_device("cpu")
-    data = generate_reference(corpus.load_task(ref, "bench"), spec, seed=0)
-    with Evaluator(ref, data, spec) as ev:
-        result = ev.evaluate(source, name="inductor_conv.py")
     assert result.verdict == "pass", (result.reason, result.log[-2000:])
     assert result.launches >= 1
 
 
-def test_parameters_outside_torch_nn_layers_give_a_reason(tmp_path):
-    path = tmp_path / "raw.py"
-    path.write_text(textwrap.dedent('''
-        import torch
-        import torch.nn as nn
+def _seed_and_its_evaluation(path: Path):
+    """The inductor seed of a task at bench shapes on the cpu, and its verdict."""
+    gen = load_generator("inductor")
+    seeds = gen.seeds(_ctx(path, "mini", "cpu", shapes="bench"))
+    assert len(seeds) == 1, gen.reasons
+    ref = corpus.TaskRef("mini", path.stem, path)
+    spec = resolve_device("cpu")
+    data = generate_reference(corpus.load_task(ref, "bench"), spec, seed=0)
+    with Evaluator(ref, data, spec) as ev:
+        return seeds[0].source, ev.evaluate(seeds[0].source, name=f"inductor_{path.stem}.py")
 
-        class Model(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.scale = nn.Parameter(torch.randn(8))
 
-            def forward(self, x):
-                return x * self.scale
+BIAS_TASK = '''
+    """KernelBench level 2's habit: a torch.nn layer and a bare parameter drawn beside it."""
+    import torch
+    import torch.nn as nn
 
-        def get_inputs():
-            return [torch.randn(4, 8)]
+    class Model(nn.Module):
+        def __init__(self, channels, out_channels, bias_shape):
+            super(Model, self).__init__()
+            """not the docstring: a string statement in the body"""
+            self.conv = nn.Conv2d(channels, out_channels, 3)
+            self.bias = nn.Parameter(torch.randn(bias_shape) * 0.02)
+            SETUP
 
-        def get_init_inputs():
-            return []
-    '''))
+        def forward(self, x):
+            return torch.relu(self.conv(x)) + self.bias
+
+    HELPER
+
+    def get_inputs():
+        return [torch.randn(2, 3, 6, 6)]
+
+    def get_init_inputs():
+        return [3, 4, (4, 1, 1)]
+'''
+
+
+def _bias_task(tmp_path: Path, setup: str = "pass", helper: str = "") -> Path:
+    path = tmp_path / "conv_bias.py"
+    path.write_text(textwrap.dedent(BIAS_TASK).replace("SETUP", setup).replace("HELPER", helper))
+    return path
+
+
+def test_bare_parameters_are_rebuilt_by_a_copy_of_the_ground_truths_init(tmp_path):
+    """No torch.nn constructor call rebuilds `nn.Parameter(torch.randn(...))`; the ground truth's
+    own __init__ body, copied, draws the same numbers under the evaluator's seed."""
+    source, result = _seed_and_its_evaluation(_bias_task(tmp_path))
+    assert "self.bias = nn.Parameter(torch.randn(bias_shape) * 0.02)" in source
+    assert "super(Model" not in source and "self.get_parameter('bias')" in source
+    assert result.verdict == "pass", (result.reason, result.log[-2000:])
+
+
+@pytest.mark.parametrize("setup, helper, why", [
+    ("self.scale = nn.Parameter(_scales())", "def _scales():\n    return torch.ones(4)",
+     "uses _scales from its module"),
+    ("torch.seed()\n        self.noise = nn.Parameter(torch.randn(4))", "",
+     "does not hold the ground truth's values"),
+])
+def test_bare_parameters_no_copy_can_rebuild_give_a_reason(tmp_path, setup, helper, why):
+    path = _bias_task(tmp_path, setup, helper)
     gen = load_generator("inductor")
     assert gen.seeds(_ctx(path, "mini", "cpu", shapes="bench")) == []
-    assert "outside a torch.nn layer" in gen.reasons[0]
-    assert "outside a torch.nn layer" in gen.no_seed_reason(_ctx(path, "mini", "cpu"))
+    assert "outside a torch.nn layer" in gen.reasons[0] and why in gen.reasons[0], gen.reasons
 
 
 @pytest.mark.parametrize("name, reference, low, high", [

@@ -355,6 +355,7 @@ def assemble(cap: dict, target: str | None = None) -> str:
         header.append("from torch._inductor.select_algorithm import extern_kernels")
     doc = _doc(cap, target, len(fns))
     imports = ["import torch", "import torch.nn as nn", "import triton", "import triton.language as tl", *header]
+    imports += [line for line in (cap.get("init_copy") or {}).get("imports", []) if line not in imports]
     parts = [
         f'"""{doc}"""\n' + "\n".join(imports) + ("\n\n" + "\n".join(extra) if extra else ""),
         _PRELUDE.strip(),
@@ -382,6 +383,9 @@ def _init_lines(cap: dict) -> list[str]:
     for name, value in zip(names, cap["init_values"]):
         if value is not None:
             lines.append(f"        assert {name} == {value}, {'compiled for ' + name + ' == ' + value!r}")
+    if cap.get("init_copy"):
+        lines.append("        # the ground truth's own __init__: under the same seed it draws the same values")
+        return lines + [f"        {line}" for line in cap["init_copy"]["body"]]
     layers = cap.get("layers") or []
     if layers:
         # built in the ground truth's order: under the same seed they hold its values

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from farm.generators.inductor import decompose
-from farm.generators.inductor.layers import Unsupported, state_layers
+from farm.generators.inductor.layers import Unsupported, copied_init, state_layers
 
 FORMAT = 1  # of the capture dict
 
@@ -272,10 +272,14 @@ def capture_child(
     device = "cpu" if target == "cpu" else "cuda:0"
     seed_all(seed)
     model = cls(*init_inputs).to(device).eval()
+    init_copy = None
     try:
         layers = state_layers(model, cls.__name__, seed)  # farm.generators.inductor.layers
     except Unsupported as exc:
-        return {"ok": False, "reason": str(exc)}
+        try:  # no constructor calls rebuild the state: the ground truth's own __init__ may
+            layers, init_copy = [], copied_init(cls, model, init_inputs, seed)
+        except Unsupported as why_not:
+            return {"ok": False, "reason": f"{exc}; {why_not}"}
     dev_inputs = to_device(inputs, device)
     report("compile")
     _configure(target, mode, emulate_precision_casts)
@@ -302,7 +306,7 @@ def capture_child(
         capture = _describe(task, cls, init_inputs, inputs, dev_inputs, call, out, model)
     except Unsupported as exc:
         return {"ok": False, "reason": str(exc)}
-    capture["layers"] = layers
+    capture["layers"], capture["init_copy"] = layers, init_copy
     capture.update(
         ok=True,
         format=FORMAT,
