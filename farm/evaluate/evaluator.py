@@ -10,6 +10,8 @@ Stages, each of which can end the evaluation with its verdict:
              inputs unchanged; a Triton kernel launched on the timed stream
              from the calling thread; a second run identical; the same check
              on secret fresh seeds against Reference run on the target
+    probes   secret input sets never shown to the candidate reach its runner
+             (a verification: the timing's exclusive hold starts after them)
     time     warm-up, flushed, event-timed repetitions until the RSE target    -> cheat (unseen work)
              (the per-call figure, probes and host checks); then the comparison:
              candidate and baselines timed in alternating rounds, in the op's timing
