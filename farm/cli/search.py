@@ -14,6 +14,7 @@ from farm.cli.common import (
     err,
     use_frontend_setting,
     FlushOpt,
+    OpsOpt,
     TimingModeOpt,
     JsonOption,
     fmt_num,
@@ -269,6 +270,7 @@ def _vs_model(row: dict) -> str:
 def run_local(
     ctx: typer.Context,
     source: Annotated[str, typer.Option("--source", "-s", help="Source to run end to end.")] = "demo",
+    ops: OpsOpt = None,
     target: TargetOpt = "auto",
     max_tasks: MaxTasksOpt = 12,
     generators: GeneratorsOpt = DEFAULT_CHAIN,
@@ -279,13 +281,14 @@ def run_local(
     profile: ProfileOpt = "farm",
     as_json: bool = JsonOption,
 ) -> None:
-    """Reference data then search for every op of a source, in this process: no Redis, no S3."""
+    """Reference data then search for every op of a source (or those --ops names), in this
+    process: no Redis, no S3."""
     s = settings(ctx, {"store": store})
     use_frontend_setting(s)
     st = open_store(s.store, s)
     spec = usable_device(target, default_target="cuda", option="--target", notify=stand_in_notice)
     shapes = "small" if spec.target.interpret else "bench"
-    refs = corpus.find_tasks(s, [source])
+    refs = corpus.find_tasks(s, [source], ops)
     name = run or f"local-{source}-{spec.target.name}"
     validate_name(name, "run", "--run")
     with progress_bar(not as_json) as progress:

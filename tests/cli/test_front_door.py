@@ -233,3 +233,16 @@ def test_worker_with_an_unreachable_broker_fails_fast(cli, monkeypatch):
     monkeypatch.setenv("FARM_QUEUE_BROKER_URL", f"redis://:secret@127.0.0.1:{free_port()}/0")
     flat = one_line_error(cli("worker", "--pool", "search", "--target", "cpu"), 2, "(queue.broker_url) does not answer")
     assert "secret" not in flat
+
+
+def test_farm_run_ops_picks_ops_of_the_source_and_names_an_unknown_one(cli, tmp_path, monkeypatch):
+    folder = tmp_path / "two"
+    write_task(folder, "first", GOOD_TASK)
+    write_task(folder, "second", GOOD_TASK)
+    use_sources(tmp_path, monkeypatch, two=folder)
+    one_line_error(cli("run", "--source", "two", "--ops", "third", "--target", "cpu"), 2,
+                   "unknown op(s) third (--ops) in source(s) two")
+    result = cli("run", "--source", "two", "--ops", "first", "--target", "cpu", "--max-tasks", "1", "--json",
+                 "--no-report")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert [r["op"] for r in json.loads(result.stdout)["ops"]] == ["first"]
