@@ -99,17 +99,19 @@ class Comparison:
         """The device's copy bandwidth and empty-kernel time per mode: measured in a trusted
         runner once per device and process, not once per op (it is the device's, and each
         measurement held the device for about half a second of every op's search)."""
-        if self._floor is None:
-            self._floor = {"limits": _FLOORS.get(self.spec.label)}
-            if self._floor["limits"] is None:
-                try:
-                    reply = self.references.call("device_limits", self.settings.limits.time_s)
-                except SandboxDied:
-                    reply = {}
-                self._floor["limits"] = reply.get("limits") if reply.get("ok") else None
-                if self._floor["limits"]:
-                    _FLOORS[self.spec.label] = self._floor["limits"]
+        if self._floor is None:  # {"limits": None} keeps a failed measurement from being retried per candidate
+            limits = _FLOORS.get(self.spec.label) or self._measure_floor()
+            if limits:
+                _FLOORS[self.spec.label] = limits
+            self._floor = {"limits": limits}
         return self._floor["limits"]
+
+    def _measure_floor(self) -> dict | None:
+        try:
+            reply = self.references.call("device_limits", self.settings.limits.time_s)
+        except SandboxDied:
+            return None
+        return reply.get("limits") if reply.get("ok") else None
 
     def _round(self, who: str, keys: list[str], mode: str, calls: int, reps: int, outputs: bool = False) -> dict:
         args = dict(keys=keys, mode=mode, reps=reps, calls=calls, inplace_args=self.task.inplace_args,
