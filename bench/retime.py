@@ -87,7 +87,11 @@ def retime_op(store, meta: dict, task_path: Path, tmp: Path, compile_modes: tupl
             m_ms, b_ms = _bench(m_fn, mode), _bench(b_fn, mode)
             pairs.append((m_ms, b_ms))
         for cmode in compile_modes:
-            row.update(_compiled(task, init, inputs, b_fn, mode, cmode))
+            try:
+                row.update(_compiled(task, init, inputs, b_fn, mode, cmode))
+            except Exception as exc:  # noqa: BLE001 - torch.compile's failure is its column's, not the op's
+                # e.g. a Reference that copies to the host cannot be replayed in a CUDA graph
+                row[f"{cmode}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     row["model_ms"] = statistics.median(m for m, _ in pairs)
     row["best_ms"] = statistics.median(b for _, b in pairs)
     row["independent"] = statistics.median(m / b for m, b in pairs)

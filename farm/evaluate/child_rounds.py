@@ -71,11 +71,10 @@ class RoundsMixin:
                             bufs[order[i]][j].copy_(self.inputs[order[i]][j])
 
                 current = iter(order)
+                calls_by_key = {k: forward_call(model, bufs[k], last, k) for k in keys}
 
                 def call():
-                    key = next(current)
-                    with torch.no_grad():
-                        last[key] = model(*bufs[key])
+                    calls_by_key[next(current)]()
 
                 samples = self.timer.batch(call, reps, prepare)
         except timing.CaptureError as exc:
@@ -116,14 +115,7 @@ class RoundsMixin:
         """A graph of `calls` forwards over the input sets in rotation, on buffers of its own."""
         bufs = {k: clone_values(self.inputs[k]) for k in keys}
         last: dict[str, Any] = {}
-
-        def one(key):
-            def call():
-                with torch.no_grad():
-                    last[key] = model(*bufs[key])
-            return call
-
-        order = [one(keys[i % len(keys)]) for i in range(calls)]
+        order = [forward_call(model, bufs[keys[i % len(keys)]], last, keys[i % len(keys)]) for i in range(calls)]
 
         def allow(stream):
             self.launches.capture_stream = stream
@@ -143,6 +135,20 @@ class RoundsMixin:
             return {"ok": True, "limits": device_floor(self.timer, modes)}
         except BaseException:  # noqa: BLE001
             return {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
+
+
+def forward_call(model, inputs: list, last: dict, key: str):
+    """One timed forward on a kept input set, its output kept in `last[key]` for the checks.
+    The previous output of that set is dropped before the call, not after: otherwise two
+    outputs alternate in memory, and an op whose inputs and output fit in L2 with one output
+    but not with two (sglang fused_softcap: 8 MB in, 16 MB out on the H100's 50 MB) was timed
+    from DRAM here and from L2 in a plain do_bench_cudagraph, 17% apart. A serving graph, like
+    do_bench_cudagraph, writes one output buffer per call site."""
+    def call():
+        last.pop(key, None)
+        with torch.no_grad():
+            last[key] = model(*inputs)
+    return call
 
 
 def _same_layout(a: list, b: list) -> bool:

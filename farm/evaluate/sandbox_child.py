@@ -409,7 +409,7 @@ _WATCHED = ("time.perf_counter", "time.perf_counter_ns", "time.time", "time.mono
             "farm.evaluate.sandbox_child._reply", "farm.evaluate.sandbox_child.Runner.run", "farm.evaluate.sandbox_child.Runner.time",
             "farm.evaluate.sandbox_child.Runner.time_round", "farm.evaluate.timing.graph_samples",
             "farm.evaluate.timing.capture_graph", "torch.cuda.CUDAGraph.replay",
-            "triton.runtime.jit.JITFunction.run")
+            "farm.evaluate.timing.DeviceTimer.spin", "triton.runtime.jit.JITFunction.run")
 
 
 def _lookup(name: str) -> Any:

@@ -52,6 +52,9 @@ DEFAULT_MIN_REPS = 10
 DEFAULT_MAX_REPS = 1000
 DEFAULT_RSE_TARGET = 0.005  # stop at 0.5% relative standard error of the mean
 DEFAULT_BATCH = 10  # repetitions enqueued between two synchronisations
+LEAD_MARGIN = 1.5  # DeviceTimer._lead_ms: the host's time per call, with this margin
+MAX_LEAD_MS = 2.0  # a host slower than this per call is host-bound, and flagged as such
+GRAPH_LEAD_MS = 0.2  # graph_samples: covers the first replay's launch
 
 
 @dataclass
@@ -115,6 +118,11 @@ class DeviceTimer:
         self.flush_mode = check_flush(flush)
         self.batches = self.host_bound_batches = 0  # see host_bound()
         self.flush_buf = self._flush_sum = None
+        # the lead (see _lead_ms): the host's seconds per call of the last batch, the flush's
+        # device time and the spin kernel's clock, each learned once on this device
+        self._host_call_ms: float | None = None
+        self._flush_ms: float | None = None
+        self._cycles_per_ms: float | None = None
         if spec.target.flush_bytes:
             # int8, so that the sweep touches every byte; zeroed once so the sum is defined
             self.flush_buf = torch.zeros(spec.target.flush_bytes, dtype=torch.int8, device=spec.torch_device)
@@ -151,11 +159,13 @@ class DeviceTimer:
         interval, and the events see only the call.
         """
         pairs = []
+        lead = self._lead_ms()
         host0 = _perf_counter()
         for i in range(first, first + n):
             if prepare is not None:
                 prepare(i)  # e.g. load the next input set: outside the events
             self.flush()
+            self.spin(lead)
             start, end = self.event(), self.event()
             start.record()
             fn()
@@ -163,10 +173,45 @@ class DeviceTimer:
             pairs.append((start, end))
         host_s = _perf_counter() - host0
         self.synchronize()
+        self._host_call_ms = host_s * 1e3 / max(1, n)
         if self._event_cls is not None and pairs:
             self.batches += 1
-            self.host_bound_batches += host_bound(host_s, pairs[0][0].elapsed_time(pairs[-1][1]))
+            span = pairs[0][0].elapsed_time(pairs[-1][1]) - lead * (len(pairs) - 1)  # the spins are not the calls'
+            self.host_bound_batches += host_bound(host_s, span)
         return [s.elapsed_time(e) for s, e in pairs]
+
+    def _lead_ms(self) -> float:
+        """Device time to queue ahead of each timed call so that the device is still busy when
+        the host has launched it. The flush alone covered the host's launch (as in do_bench)
+        until the host got busy: on the H100 with six ops' compile-ahead runners on 16 cores,
+        a 4.4 us kernel's calls measured 57 us, the host's launch latency, not the kernel
+        (AKG sglang/_compute_pid, 2026-11-24). The lead is what the host took per call in the
+        last batch, with a margin, less what the flush already covers; none on a quiet host."""
+        if self.kind != "cuda" or self._host_call_ms is None or self._event_cls is None:
+            return 0.0
+        if self._flush_ms is None:
+            self._flush_ms = self._device_ms(self.flush) if self.flush_buf is not None else 0.0
+        return min(MAX_LEAD_MS, max(0.0, LEAD_MARGIN * self._host_call_ms - self._flush_ms))
+
+    def spin(self, ms: float) -> None:
+        """Keep the device busy for about `ms` (CUDA's spin kernel; a no-op elsewhere): the
+        launches queued behind it are in place before it ends."""
+        if ms <= 0 or self.kind != "cuda":
+            return
+        if self._cycles_per_ms is None:
+            cycles = 1_000_000
+            self._device_ms(lambda: self._torch.cuda._sleep(cycles))  # the first launch pays for loading
+            self._cycles_per_ms = cycles / max(1e-3, self._device_ms(lambda: self._torch.cuda._sleep(cycles)))
+        self._torch.cuda._sleep(int(ms * self._cycles_per_ms))
+
+    def _device_ms(self, fn: Callable[[], object]) -> float:
+        self.synchronize()
+        start, end = self.event(), self.event()
+        start.record()
+        fn()
+        end.record()
+        self.synchronize()
+        return start.elapsed_time(end)
 
     def host_check(self, fn: Callable[[], object]) -> tuple[float, float]:
         """(device ms, host ms) of one call from an idle device: the host time covers the call
@@ -389,8 +434,13 @@ def capture_graph(calls: list[Callable[[], object]], timer: "DeviceTimer", on_st
 
 
 def graph_samples(graph, calls: int, n: int, timer: "DeviceTimer") -> list[float]:
-    """Per-call ms of n replays, enqueued back to back, one synchronisation."""
+    """Per-call ms of n replays, enqueued back to back, one synchronisation. A spin first, so
+    that the first replay too is queued before the device reaches its start event; later
+    replays queue behind the running ones."""
     pairs = []
+    spin = getattr(timer, "spin", None)
+    if spin is not None:
+        spin(GRAPH_LEAD_MS)
     for _ in range(n):
         start, end = timer.event(), timer.event()
         start.record()

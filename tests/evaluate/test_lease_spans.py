@@ -9,7 +9,6 @@ import types
 
 from farm.evaluate import comparison
 from farm.evaluate.lease import DeviceLease
-from farm.evaluate.result import EvalResult
 from test_speedup import _scripted_evaluator
 
 
@@ -57,9 +56,15 @@ def _evaluator(log: list):
     return ev
 
 
+def _faster_candidate(ev) -> None:
+    fast = {"ok": True, "samples": [0.005] * 4, "side_stream": False, "foreign_thread": False, "launches": 10}
+    ev.candidates.replies["time_round"] = fast
+
+
 def test_the_re_timing_holds_the_device_alone_only_for_its_rounds():
     log: list = []
     ev = _evaluator(log)
+    _faster_candidate(ev)  # else no null check is needed (next test)
     confirmation = ev.confirm("source")
     assert "error" not in confirmation and confirmation["null"] is not None
     starts = [phase for who, what, phase in log if what == "start" and who == "candidates"]
@@ -68,6 +73,20 @@ def test_the_re_timing_holds_the_device_alone_only_for_its_rounds():
     assert loads == ["verification", "verification"]
     rounds = [phase for _who, what, phase in log if what == "time_round"]
     assert rounds and set(rounds) == {"timing"}
+
+
+def test_the_null_check_runs_only_where_it_can_decide_the_promotion():
+    log: list = []
+    ev = _evaluator(log)  # candidate and Model both at 10 us: 1.0x cannot clear the bar
+    confirmation = ev.confirm("source")
+    assert confirmation["null"] is None and "cannot clear" in confirmation["null_skipped"]
+    assert not [what for who, what, _ in log if who == "candidates" and what == "load_task"]  # no Model in a fresh runner
+    log.clear()
+    ev = _evaluator(log)
+    _faster_candidate(ev)
+    confirmation = ev.confirm("source")
+    assert confirmation["null"] is not None and confirmation["null_skipped"] == ""
+    assert [what for who, what, _ in log if who == "candidates" and what == "load_task"] == ["load_task"]
 
 
 def test_a_baseline_is_run_as_a_verification_and_timed_alone():

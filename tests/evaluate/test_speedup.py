@@ -148,6 +148,17 @@ def test_a_ratio_the_model_reaches_against_itself_is_no_speedup():
     assert speedup.promotion({"model": real, "null": null}, model_runs=True)[0]
 
 
+def test_a_ratio_within_the_margin_of_the_null_check_is_no_speedup():
+    # the H100 run (AKG get_mla_kv_buffer): 1.029x over a null of 1.020x, 0.989x re-timed alone
+    null = speedup.summarize([1.0195, 1.0197, 1.0199, 1.0196])
+    close = speedup.summarize([1.0288, 1.0290, 1.0292, 1.0289])
+    ok, why = speedup.promotion({"model": close, "null": null}, model_runs=True)
+    assert not ok and "3% margin" in why
+    assert speedup.promotion({"model": speedup.summarize([1.08, 1.09, 1.085, 1.08]), "null": null}, True)[0]
+    assert not speedup.may_promote(speedup.summarize([1.01, 1.02, 1.015, 1.02]))
+    assert speedup.may_promote(speedup.summarize([1.08, 1.09, 1.085, 1.08]))
+
+
 def test_where_the_model_cannot_run_promotion_says_so_instead_of_a_ratio():
     ok, why = speedup.promotion({"model": None}, model_runs=False)
     assert ok and "does not run on this target" in why

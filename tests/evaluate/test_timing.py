@@ -57,3 +57,84 @@ def test_flush_writes_its_buffer_as_do_bench_or_reads_it_to_leave_the_cache_clea
         assert int(timer.flush_buf.abs().sum()) == 0
     with pytest.raises(FarmError, match="--flush"):
         timing.DeviceTimer(DeviceSpec(backend, None), flush="fast")
+
+
+def test_a_timed_forward_drops_its_previous_output_before_running_again():
+    """Two outputs alternating in memory put an L2-sized op out of L2 (sglang fused_softcap
+    on the H100: 17% against do_bench_cudagraph)."""
+    import weakref
+
+    import torch
+
+    from farm.evaluate.child_rounds import forward_call
+
+    seen: list = []
+
+    def model(x):
+        seen.append(previous[0]() if previous else None)
+        out = x + 1
+        previous[:] = [weakref.ref(out)]
+        return out
+
+    previous: list = []
+    last: dict = {}
+    call = forward_call(model, [torch.zeros(4)], last, "seed0")
+    for _ in range(3):
+        call()
+    assert seen[1:] == [None, None]  # the last output was gone when the next call ran
+    assert torch.equal(last["seed0"], torch.ones(4))  # and the latest is kept for the checks
+
+
+class _CudaLikeTimer(timing.DeviceTimer):
+    """The lead's arithmetic on the host: a 'cuda' timer whose spins are written down."""
+
+    def __init__(self, flush_ms: float):
+        super().__init__(resolve_device("cpu"))
+        self.kind, self._flush_ms, self.spins = "cuda", flush_ms, []
+        self._event_cls = lambda enable_timing: timing._HostClock()
+
+    def spin(self, ms: float) -> None:
+        self.spins.append(ms)
+
+
+def test_a_busy_host_gets_a_lead_queued_before_each_timed_call():
+    import time
+
+    timer = _CudaLikeTimer(flush_ms=0.05)
+    timer.batch(lambda: time.sleep(0.001), 3)  # the host took about 1 ms per call
+    assert timer.spins == [0.0] * 3  # nothing known yet: no lead
+    timer.batch(lambda: time.sleep(0.001), 3)
+    lead = timer.spins[-1]
+    assert 1.0 < lead <= timing.MAX_LEAD_MS and timer.spins[3:] == [lead] * 3
+    quiet = _CudaLikeTimer(flush_ms=50.0)  # a flush longer than the host's launch covers it alone
+    for _ in range(2):
+        quiet.batch(lambda: None, 3)
+    assert quiet.spins == [0.0] * 6
+
+
+def test_the_first_graph_replay_is_queued_behind_a_spin():
+    spins: list = []
+
+    class Clock:
+        def record(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 0.2
+
+    class Timer:
+        def event(self):
+            return Clock()
+
+        def synchronize(self):
+            pass
+
+        def spin(self, ms):
+            spins.append(ms)
+
+    class Graph:
+        def replay(self):
+            pass
+
+    assert timing.graph_samples(Graph(), 40, 5, Timer()) == [0.005] * 5
+    assert spins == [timing.GRAPH_LEAD_MS]
