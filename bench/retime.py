@@ -10,7 +10,8 @@ triton.testing.do_bench_cudagraph (no flush, the calls replayed in a CUDA graph)
 figures with triton.testing.do_bench (256 MB cache flush before each call, median). Model and
 best are timed alternately, PAIRS times each, and the independent speedup is the median of the
 pair ratios. Ops promoted with no ratio to the Model (the Model does not run there) are listed
-without one.
+without one. With more than one op, each op runs in a process of its own (this script with
+--ops), so that an op that faults cannot take the device context of the others with it.
 
 --compile also times torch.compile of the task's Reference against the best kernel, kernel
 against kernel: compiled with mode="max-autotune-no-cudagraphs" (so it makes no CUDA graph of
@@ -33,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PAIRS = 7
+OP_TIMEOUT_S = 300  # one op's process, torch.compile's columns included
 AGREE = 0.10  # issue 19: reported and independent speedups within 10%
 
 
@@ -160,6 +162,7 @@ def main() -> None:
     parser.add_argument("--per-call-compile", action="store_true", help="and torch.compile per call (max-autotune)")
     parser.add_argument("--passing", action="store_true",
                         help="with --run: every op's best passing kernel of the run, promoted or not")
+    parser.add_argument("--ops", nargs="+", default=None, help="only these source/op keys")
     args = parser.parse_args()
 
     from farm.config import load_settings
@@ -171,16 +174,20 @@ def main() -> None:
     if args.passing and not args.run:
         parser.error("--passing needs --run")
     metas = passing_metas(store, args.run) if args.passing else promoted_metas(store, args.target, args.run)
+    metas = [m for m in metas if not args.ops or f"{m['source']}/{m['op']}" in args.ops]
     rows = []
     with tempfile.TemporaryDirectory(prefix="farm-retime-") as tmp:
         for meta in metas:
-            try:
-                [ref] = corpus.find_tasks(settings, [meta["source"]], [meta["op"]])
-                modes = (("max-autotune-no-cudagraphs",) if args.compile else ()) + (
-                    ("max-autotune",) if args.per_call_compile else ())
-                row = retime_op(store, meta, ref.path, Path(tmp), modes)
-            except Exception as exc:  # noqa: BLE001 - one op's failure is its row
-                row = {"op": f"{meta['source']}/{meta['op']}", "error": f"{type(exc).__name__}: {exc}"[:300]}
+            if len(metas) > 1:
+                row = _isolated(meta, Path(tmp), args)
+            else:
+                try:
+                    [ref] = corpus.find_tasks(settings, [meta["source"]], [meta["op"]])
+                    modes = (("max-autotune-no-cudagraphs",) if args.compile else ()) + (
+                        ("max-autotune",) if args.per_call_compile else ())
+                    row = retime_op(store, meta, ref.path, Path(tmp), modes)
+                except Exception as exc:  # noqa: BLE001 - one op's failure is its row
+                    row = {"op": f"{meta['source']}/{meta['op']}", "error": f"{type(exc).__name__}: {exc}"[:300]}
             rows.append(row)
             write_summary(rows, args.json)
             if "error" in row:
@@ -193,6 +200,28 @@ def main() -> None:
                       + (f" vs compile (kernel) {row['vs_compile_kernel']:.2f}" if "vs_compile_kernel" in row else ""),
                       flush=True)
     print(json.dumps(write_summary(rows, args.json)))
+
+
+def _isolated(meta: dict, tmp: Path, args) -> dict:
+    """One op re-timed in a process of its own (this script with --ops): an op that faults
+    leaves CUDA's context unusable, and in one process every later op failed with it (the AKG
+    run of 2026-11-24: an illegal address in vllm_triton/append_block_ids_kernel, 28 rows lost)."""
+    import subprocess
+
+    key = f"{meta['source']}/{meta['op']}"
+    out = tmp / f"{meta['source']}_{meta['op']}.json"
+    argv = [args.store, "--target", args.target, "--ops", key, "--json", str(out)]
+    argv += ["--run", args.run] if args.run else []
+    argv += [flag for flag, on in (("--passing", args.passing), ("--compile", args.compile),
+                                   ("--per-call-compile", args.per_call_compile)) if on]
+    try:
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], capture_output=True, text=True,
+                              timeout=OP_TIMEOUT_S)
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+    except subprocess.TimeoutExpired:
+        tail = [f"no answer in {OP_TIMEOUT_S} s"]
+    rows = json.loads(out.read_text()).get("rows", []) if out.exists() else []
+    return rows[0] if rows else {"op": key, "error": f"re-timing process failed: {tail[0][:300]}"}
 
 
 def write_summary(rows: list[dict], path: Path | None) -> dict:

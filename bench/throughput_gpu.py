@@ -117,21 +117,32 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
             per[normalized_hash(source)] = {"verdict": c["verdict"], "time_ms": c.get("time_ms"),
                                             "rse": (c.get("timing") or {}).get("rse"), "id": c["id"],
                                             "generator": c["generator"]}
-        ops.append({"op": key, "status": row.get("status"), "candidates": len(cands), "wall_s": wall_s,
+        ops.append({"op": key, "status": row.get("status"), "candidates": len(cands), "wall_s": wall_s, "_cands": cands,
                     "device_minutes": minutes[key],
                     "candidates_per_device_minute": len(cands) / minutes[key] if minutes[key] else 0.0,
                     "kernel_busy_fraction": kernel_seconds(cands) / (minutes[key] * 60) if minutes[key] else 0.0,
                     "held_fraction": 1.0 - marks[key]["held"]["idle"], "share": marks[key]["held"],
-                    "best_time_ms": row.get("best_time_ms"), "per_candidate": per})
+                    "best_time_ms": row.get("best_time_ms"), "per_candidate": per,
+                    "stage_median_s": stage_medians(cands),
+                    "confirm_s": (report.get("confirmation") or {}).get("seconds")})
     done = [o for o in ops if "wall_s" in o]
     total = sum(o["candidates"] for o in done)
+    stages = stage_medians([c for o in done for c in o.pop("_cands")]) if done else {}
     return {"phase": name, "compile_workers": config.compile_workers, "ops_per_device": ops_per_device,
             "wall_s": wall, "ops": ops,
             "median_candidates_per_device_minute": _median([o["candidates_per_device_minute"] for o in done]),
             "batch_candidates_per_device_minute": total / (wall / 60) if wall else 0.0,
             "median_kernel_busy_fraction": _median([o["kernel_busy_fraction"] for o in done]),
             "median_held_fraction": _median([o["held_fraction"] for o in done]),
-            "median_share": {p: _median([o["share"][p] for o in done]) for p in ("timing", "verification", "idle")}}
+            "median_share": {p: _median([o["share"][p] for o in done]) for p in ("timing", "verification", "idle")},
+            "stage_median_s": stages}
+
+
+def stage_medians(cands: list[dict]) -> dict[str, float]:
+    """Median seconds per evaluator stage over candidates: where a candidate's device-minute went
+    (timing stays as it is, so a pipeline can only take the other stages off the device's path)."""
+    stages = sorted({k for c in cands for k in (c.get("stage_s") or {})})
+    return {k: _median([c["stage_s"][k] for c in cands if k in (c.get("stage_s") or {})]) for k in stages}
 
 
 def _median(values: list[float]) -> float | None:
@@ -189,6 +200,9 @@ def markdown(doc: dict) -> str:
     for p in ("timing", "verification", "idle"):
         lines.append(f"| share of wall time: {p}, median | {fmt(b['median_share'][p], '{:.1%}')} | "
                      f"{fmt(a['median_share'][p], '{:.1%}')} |")
+    for stage in sorted(set(b.get("stage_median_s", {})) | set(a.get("stage_median_s", {}))):
+        lines.append(f"| candidate stage {stage}, median s | {fmt(b.get('stage_median_s', {}).get(stage), '{:.3f}')} | "
+                     f"{fmt(a.get('stage_median_s', {}).get(stage), '{:.3f}')} |")
     lines += ["", f"Median per-op ratio after/before: **{fmt(c['median_ratio'])}x**. Candidates judged in both "
               f"phases: {c['verdicts_same'] + len(c['verdicts_changed'])}, verdicts changed: "
               f"{len(c['verdicts_changed'])}; timings compared: {len(c['timings'])}, median |change| "
