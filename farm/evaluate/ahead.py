@@ -31,6 +31,9 @@ made on garbage timings reaches the device's runner). On a CUDA host the warm ru
 holds a CUDA context but launches no Triton kernel (the candidate's PyTorch calls around its
 kernels, allocations and small copies, do run); on the interpreter there is nothing to compile, so
 the automatic pool size there is 0 (the old, sequential path; tests ask for a pool).
+
+The pool's runners are stopped while their device is timed (farm.evaluate.quiet), so that the
+compilers never share the host with a timing.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import time
 from queue import Queue
 
 from farm.config import current_settings, mask_secrets, secret_values
-from farm.evaluate import static_checks
+from farm.evaluate import quiet, static_checks
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.result import EvalResult
 from farm.evaluate.result import nbytes as _nbytes
@@ -82,6 +85,8 @@ class CompileAhead:
             box.extra_env = {"TRITON_CACHE_AUTOTUNING": "0"}  # no autotune choice made on garbage timings
             self.runners.append(box)
             self.free.put(box)
+            # stopped while the device is timed: their compilers would stretch a host-bound figure
+            quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret).add(box)
         self.depth = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or specs[0].label, "compile")
         self.lock = threading.Lock()
         self.waiting = 0
@@ -146,4 +151,5 @@ class CompileAhead:
 
     def close(self) -> None:
         for box in self.runners:
+            quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret).remove(box)
             box.close()

@@ -31,7 +31,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 TIMING = "timing"
 VERIFICATION = "verification"
@@ -52,6 +52,8 @@ class DeviceLease:
         self.timings_now = 0  # timings holding the device (never above 1: tests check it)
         self._mine = threading.local()  # what this thread holds: a verification inside one is already covered
         self._fd: int | None = None  # the host-wide lock file of this device (opened on first use)
+        self._flag_fd: int | None = None  # held exclusively while this process times (farm.evaluate.quiet)
+        self._listeners: list[Callable[[bool], None]] = []  # told when this process starts and ends a timing
 
     @contextmanager
     def hold(self, phase: str) -> Iterator[None]:
@@ -67,10 +69,26 @@ class DeviceLease:
         self._acquire(phase)
         self._mine.phase = phase
         try:
+            if phase == TIMING:
+                self._tell(True)
             yield
         finally:
             self._mine.phase = None
             self._release(phase)
+            if phase == TIMING:
+                self._tell(False)
+
+    def listen(self, listener: Callable[[bool], None]) -> None:
+        """`listener(True)` when a timing of this process takes the device, `(False)` when it
+        lets go (farm.evaluate.quiet pauses the host's other work meanwhile)."""
+        with self._cond:
+            self._listeners.append(listener)
+
+    def _tell(self, timing: bool) -> None:
+        with self._cond:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(timing)
 
     def _acquire(self, phase: str) -> None:
         with self._cond:
@@ -81,6 +99,7 @@ class DeviceLease:
                     self._cond.wait()
                 self._serving += 1
                 self._host_lock(fcntl.LOCK_EX)  # no other thread of this process holds the device now
+                self._timing_flag(fcntl.LOCK_EX)
                 self._writer = True
                 self.timings_now += 1
             else:
@@ -95,6 +114,7 @@ class DeviceLease:
     def _release(self, phase: str) -> None:
         with self._cond:
             if phase == TIMING:
+                self._timing_flag(fcntl.LOCK_UN)
                 self._writer = False
                 self.timings_now -= 1
             else:
@@ -116,6 +136,16 @@ class DeviceLease:
             self._fd = os.open(lock_path(self.label), os.O_RDWR | os.O_CREAT, 0o666)
         fcntl.flock(self._fd, how)
 
+    def _timing_flag(self, how: int) -> None:
+        """The file the host's other processes watch to know that this device is being timed
+        (farm.evaluate.quiet): apart from the device's lock file, so that watching it never
+        delays a verification or a timing."""
+        if not self.host_wide:
+            return
+        if self._flag_fd is None:
+            self._flag_fd = os.open(timing_flag_path(self.label), os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(self._flag_fd, how)
+
     def seconds(self) -> dict[str, float]:
         """Seconds held so far per phase (an ongoing hold counted up to now)."""
         with self._cond:
@@ -134,6 +164,22 @@ def lock_path(label: str) -> Path:
     folder = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "farm-device-leases")
     folder.mkdir(parents=True, exist_ok=True)
     return folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", label) + ".lock")
+
+
+def timing_flag_path(label: str) -> Path:
+    lock = lock_path(label)
+    return lock.with_name(lock.stem + ".timing")
+
+
+def timing_elsewhere(fd: int) -> bool:
+    """Whether a process of this host (this one included) is timing the device whose timing
+    flag `fd` is open on: its exclusive lock refuses a shared one."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
 
 
 def for_device(label: str, host_wide: bool = True) -> DeviceLease:

@@ -95,25 +95,44 @@ def candidate_env(spec: DeviceSpec, home: Path) -> dict[str, str]:
 _CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
 
 
-def _rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and its descendants (inside the sandbox the interpreter is a
-    grandchild of the bwrap process the parent started; compilers are children of it)."""
-    total, todo, seen = 0.0, [pid], set()
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants, parents first (inside the sandbox the interpreter is a
+    grandchild of the bwrap process the parent started, in a session of its own; compilers
+    are children of it)."""
+    out, todo = [], [pid]
     while todo:
-        p = todo.pop()
-        if p in seen:
+        p = todo.pop(0)
+        if p in out:
             continue
-        seen.add(p)
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and its descendants."""
+    total = 0.0
+    for p in _tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) / 1024
                     break
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
     return total
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    for p in _tree(pid):
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
 FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data go through a file (Sandbox._message)
@@ -135,6 +154,8 @@ class Sandbox:
         self.starts = 0
         self.output_nbytes: list[int] | None = None  # sizes the runner poisons before each run
         self.extra_env: dict[str, str] = {}  # over the allow-listed environment (compile-ahead's runners)
+        self._paused_since: float | None = None  # stopped by pause() since then
+        self._paused_s = 0.0  # seconds stopped so far: time limits do not count them
 
     # ------------------------------------------------------------ lifecycle
 
@@ -154,6 +175,7 @@ class Sandbox:
         self.workdir = Path(tempfile.mkdtemp(prefix="farm-sandbox-"))
 
     def start(self) -> None:
+        self.resume()  # closes a pause of the runner this one replaces
         self._fresh_workdir()
         parent_sock, child_sock = socket.socketpair()
         log_file = open(self.log_path, "wb")
@@ -191,6 +213,28 @@ class Sandbox:
         return os_boundary.wrap(argv, scratch=self.workdir, env=env, devices=target.sandbox_nodes(self.spec.index),
                                 read_only=[*self.read_only, *target.sandbox_paths()], writable=caches)
 
+    def pause(self) -> None:
+        """Stop the runner and everything it started (a compiler) with SIGSTOP, so that it takes
+        no CPU while the host times a device (farm.evaluate.quiet). Its time limits do not run
+        while it is stopped; a runner started during the pause is not stopped."""
+        proc = self.proc  # another thread may be replacing the runner
+        if proc is not None and proc.poll() is None and self._paused_since is None:
+            self._paused_since = time.monotonic()
+            _signal_tree(proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._paused_since is None:
+            return
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            _signal_tree(proc.pid, signal.SIGCONT)
+        self._paused_s += time.monotonic() - self._paused_since
+        self._paused_since = None
+
+    def paused_s(self) -> float:
+        since = self._paused_since
+        return self._paused_s + (time.monotonic() - since if since is not None else 0.0)
+
     def ensure_started(self) -> None:
         """Start the runner now unless it runs: a start (a process, torch, a device context)
         takes seconds, which callers pay before they take the device lease, not inside it."""
@@ -202,6 +246,7 @@ class Sandbox:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
+        self.resume()  # a stopped runner asked to exit would never answer
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -213,6 +258,7 @@ class Sandbox:
         self.proc = self.conn = None
 
     def close(self) -> None:
+        self.resume()
         if self.alive:
             try:
                 self.conn.send_bytes(pickle.dumps({"cmd": "exit"}))
@@ -270,7 +316,7 @@ class Sandbox:
         return self.call(cmd, timeout_s, key=key, **args)
 
     def _receive(self, timeout_s: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_s - self.paused_s()  # against the clock less the seconds stopped
         while True:
             if self.conn.poll(0.05):
                 try:
@@ -285,7 +331,7 @@ class Sandbox:
                 self.kill()
                 raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "
                                            f"{self.limits.host_memory_mb} MB) during {what}")
-            if time.monotonic() > deadline:
+            if time.monotonic() - self.paused_s() > deadline:
                 self.kill()
                 raise SandboxDied("timeout", f"no answer to {what} within {timeout_s:.0f} s")
 

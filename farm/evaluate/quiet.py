@@ -1,0 +1,115 @@
+"""A quiet host while a device is timed (docs/evaluator.md "A quiet host").
+
+An op whose forward synchronises with the host (a `.item()`, a `.tolist()`, a host loop) is
+timed per call, and its per-call figure holds its host work. On a search host that same work
+competes with the compile-ahead runners (farm.evaluate.ahead: Triton and ptxas on every core),
+so the original's figure stretched and its speedups with it: on the H100, AKG's
+write_req_to_token_pool read 1.25x in a six-op search and 0.97x alone.
+
+So the work that can wait does: while any process of the host holds a device for timing
+(farm.evaluate.lease), the runners registered here for that device are stopped with SIGSTOP,
+compilers included, and continued when the timing lets go. Their time limits do not count
+the stop (farm.evaluate.sandbox.Sandbox.pause). A timing of this process stops them at once
+(the lease tells); a timing of another process of the host (a `farm worker` with several pool
+processes on one device) is seen by a watcher thread within POLL_S, through the timing flag
+file the lease holds exclusively while it times.
+
+What is not stopped: the search's own threads (proposals, bookkeeping), a generator's child
+(inductor's capture, once per op) and anything outside the farm.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Protocol
+
+from farm.evaluate import lease as device_lease
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.01  # how soon a timing in another process of the host stops this process's runners
+
+
+class Pausable(Protocol):
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class HostQuiet:
+    """This process's pausable work for one device: stopped while the device is timed."""
+
+    def __init__(self, label: str, host_wide: bool = True):
+        self.label = label
+        self.host_wide = host_wide
+        self.members: list[Pausable] = []
+        self.local = False  # a timing of this process holds the device
+        self.remote = False  # a timing of any process of the host holds it (its flag file)
+        self.paused = False
+        self.pauses = 0  # how many times the members were stopped
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        device_lease.for_device(label, host_wide).listen(self._local)
+
+    def add(self, member: Pausable) -> None:
+        with self._lock:
+            self.members.append(member)
+            if self.host_wide and self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch, name=f"quiet-{self.label}", daemon=True)
+                self._watcher.start()
+
+    def remove(self, member: Pausable) -> None:
+        with self._lock:
+            if member in self.members:
+                self.members.remove(member)
+                if self.paused:
+                    member.resume()
+
+    def _local(self, timing: bool) -> None:
+        with self._lock:
+            self.local = timing
+            self._apply()
+
+    def _apply(self) -> None:
+        """Members stopped exactly while a timing holds the device (under self._lock)."""
+        want = (self.local or self.remote) and bool(self.members)
+        if want == self.paused:
+            return
+        for member in self.members:
+            try:
+                member.pause() if want else member.resume()
+            except Exception as exc:  # noqa: BLE001 - one member's failure must not keep the rest stopped
+                log.warning("cannot %s %r: %s", "pause" if want else "resume", member, exc)
+        self.paused = want
+        self.pauses += want
+
+    def _watch(self) -> None:
+        fd = os.open(device_lease.timing_flag_path(self.label), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            while True:
+                busy = device_lease.timing_elsewhere(fd)
+                with self._lock:
+                    if not self.members:
+                        self.remote, self._watcher = False, None
+                        return
+                    if busy != self.remote:
+                        self.remote = busy
+                        self._apply()
+                time.sleep(POLL_S)
+        finally:
+            os.close(fd)
+
+
+_quiets: dict[str, HostQuiet] = {}
+_lock = threading.Lock()
+
+
+def for_device(label: str, host_wide: bool = True) -> HostQuiet:
+    """This process's HostQuiet of the device `label` (one per label, as leases are)."""
+    with _lock:
+        if label not in _quiets:
+            _quiets[label] = HostQuiet(label, host_wide)
+        return _quiets[label]

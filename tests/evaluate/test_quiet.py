@@ -1,0 +1,151 @@
+"""A quiet host while a device is timed (farm.evaluate.quiet): compile-ahead's runners are
+stopped, compilers and all, for exactly as long as a timing of any process of the host holds
+their device, and their time limits do not count the stop. Real runners (inside the sandbox's
+boundary where bubblewrap works), real lock files."""
+
+import multiprocessing as mp
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from farm.evaluate import boundary, quiet
+from farm.evaluate import lease as device_lease
+from farm.evaluate.sandbox import Limits, Sandbox, _tree
+from farm.targets import resolve_device
+
+SLOW_LOAD = '''
+import time
+time.sleep(1.5)
+
+import torch
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x
+'''
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
+    sb = Sandbox(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+    sb.start()
+    try:
+        yield sb
+    finally:
+        sb.close()
+        shutil.rmtree(sb.workdir or tmp_path / "none", ignore_errors=True)
+
+
+def _states(sb: Sandbox) -> set[str]:
+    """The scheduler state of every process of the runner's tree (T: stopped)."""
+    out = set()
+    for pid in _tree(sb.proc.pid):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        out.add(stat[stat.rindex(")") + 2])
+    return out
+
+
+def _wait_states(sb: Sandbox, stopped: bool, within_s: float = 5.0) -> set[str]:
+    deadline = time.monotonic() + within_s
+    while True:
+        states = _states(sb)
+        if (states == {"T"} if stopped else "T" not in states) or time.monotonic() > deadline:
+            return states
+
+
+def test_a_timing_of_this_process_stops_the_registered_runners_until_it_lets_go(runner):
+    label = "quiet-test:0"
+    host = quiet.for_device(label)
+    host.add(runner)
+    try:
+        lease = device_lease.for_device(label)
+        with lease.hold(device_lease.VERIFICATION):
+            assert "T" not in _states(runner)  # verifications share the host
+        with lease.hold(device_lease.TIMING):
+            # every process of the tree: bwrap and, in its own session, the interpreter
+            assert _wait_states(runner, stopped=True) == {"T"}
+        assert "T" not in _wait_states(runner, stopped=False)
+        assert host.pauses >= 1
+        assert runner.call("load_source", 60, source=SLOW_LOAD.replace("1.5", "0"), init_inputs=[])["ok"]
+    finally:
+        host.remove(runner)
+
+
+def _time_elsewhere(lock_dir: str, label: str, hold_s: float, out) -> None:
+    import os
+
+    os.environ[device_lease.LOCK_DIR_ENV] = lock_dir
+    with device_lease.DeviceLease(label).hold(device_lease.TIMING):
+        out.put("holding")
+        time.sleep(hold_s)
+    out.put("released")
+
+
+def test_a_timing_in_another_process_of_the_host_stops_them_too(runner, tmp_path):
+    label = "quiet-test:1"
+    host = quiet.for_device(label)
+    host.add(runner)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    other = ctx.Process(target=_time_elsewhere, args=(str(tmp_path), label, 2.0, out))
+    other.start()
+    try:
+        assert out.get(timeout=60) == "holding"
+        assert _wait_states(runner, stopped=True) == {"T"}
+        assert out.get(timeout=30) == "released"
+        assert "T" not in _wait_states(runner, stopped=False)
+    finally:
+        other.join(30)
+        host.remove(runner)
+
+
+def test_a_stopped_runner_is_not_timed_out_for_the_seconds_it_was_stopped(runner):
+    """A 1.5 s load under a 3 s limit, stopped for 4 s in the middle: it answers, where a
+    limit counting the stop would have killed it."""
+    import threading
+
+    def stop_for_a_while():
+        time.sleep(0.5)
+        runner.pause()
+        time.sleep(4.0)
+        runner.resume()
+
+    pauser = threading.Thread(target=stop_for_a_while)
+    pauser.start()
+    started = time.monotonic()
+    reply = runner.call("load_source", 3.0, source=SLOW_LOAD, init_inputs=[])
+    pauser.join()
+    assert reply.get("ok"), reply
+    assert time.monotonic() - started >= 4.0
+    assert runner.paused_s() >= 4.0
+
+
+def test_a_runner_that_hangs_still_times_out_once_it_runs_again(runner):
+    runner.pause()
+    time.sleep(1.0)
+    runner.resume()
+    started = time.monotonic()
+    with pytest.raises(Exception) as died:
+        runner.call("load_source", 1.0, source=SLOW_LOAD.replace("1.5", "30"), init_inputs=[])
+    assert getattr(died.value, "kind", "") == "timeout"
+    assert time.monotonic() - started < 10
+
+
+def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path, monkeypatch):
+    from farm.evaluate.ahead import CompileAhead
+
+    monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
+    cpu = resolve_device("cpu")
+    pool = CompileAhead([cpu], 1, [], [], [], Limits(start_s=60), boundary.current(), "cpu")
+    try:
+        box = pool.runners[0]
+        box.start()
+        with device_lease.for_device(cpu.label, host_wide=False).hold(device_lease.TIMING):
+            assert _wait_states(box, stopped=True) == {"T"}
+        assert "T" not in _wait_states(box, stopped=False)
+    finally:
+        pool.close()
+    assert box not in quiet.for_device(cpu.label, host_wide=False).members
