@@ -11,7 +11,9 @@ figures with triton.testing.do_bench (256 MB cache flush before each call, media
 best are timed alternately, PAIRS times each, and the independent speedup is the median of the
 pair ratios. Ops promoted with no ratio to the Model (the Model does not run there) are listed
 without one. With more than one op, each op runs in a process of its own (this script with
---ops), so that an op that faults cannot take the device context of the others with it.
+--ops), so that an op that faults cannot take the device context of the others with it; --jobs N
+starts N of them at once, and they take turns (a lock file) for everything that touches the
+device, so that each op is still timed with the device to itself.
 
 --compile also times torch.compile of the task's Reference against the best kernel, kernel
 against kernel: compiled with mode="max-autotune-no-cudagraphs" (so it makes no CUDA graph of
@@ -24,8 +26,11 @@ call) as a second, labelled column.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -36,6 +41,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PAIRS = 7
 OP_TIMEOUT_S = 300  # one op's process, torch.compile's columns included
 AGREE = 0.10  # issue 19: reported and independent speedups within 10%
+LOCK_ENV = "FARM_RETIME_LOCK"  # --jobs: the file whose lock makes each op's device work exclusive
+
+
+@contextlib.contextmanager
+def _device_alone():
+    """With --jobs, the op processes start, import and load at once, and take turns for everything
+    that touches the device (building on it, compiling, timing): nothing else runs on it then."""
+    path = os.environ.get(LOCK_ENV)
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _load_module(path: Path, name: str):
@@ -55,10 +77,7 @@ def _bench(fn, mode: str) -> float:
 
 
 def retime_op(store, meta: dict, task_path: Path, tmp: Path, compile_modes: tuple[str, ...] = ()) -> dict:
-    import torch
-
     from farm.reference.generate import load_pt
-    from farm.runtime.tensors import to_device
 
     src, op = meta["source"], meta["op"]
     pt = tmp / f"{src}_{op}.pt"
@@ -68,6 +87,16 @@ def retime_op(store, meta: dict, task_path: Path, tmp: Path, compile_modes: tupl
     best_path.write_bytes(store.get_bytes(meta["kernel_key"]))
     task = _load_module(task_path, f"retime_task_{src}_{op}")
     best = _load_module(best_path, f"retime_best_{src}_{op}")
+    with _device_alone():
+        return _retime_loaded(task, best, data, meta, compile_modes)
+
+
+def _retime_loaded(task, best, data: dict, meta: dict, compile_modes: tuple[str, ...]) -> dict:
+    import torch
+
+    from farm.runtime.tensors import to_device
+
+    src, op = meta["source"], meta["op"]
     init = list(data["init_inputs"])
     torch.manual_seed(0)
     model = task.Model(*init).cuda().eval()
@@ -163,6 +192,8 @@ def main() -> None:
     parser.add_argument("--passing", action="store_true",
                         help="with --run: every op's best passing kernel of the run, promoted or not")
     parser.add_argument("--ops", nargs="+", default=None, help="only these source/op keys")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="op processes at once: they start and load together and take turns on the device")
     args = parser.parse_args()
 
     from farm.config import load_settings
@@ -177,10 +208,8 @@ def main() -> None:
     metas = [m for m in metas if not args.ops or f"{m['source']}/{m['op']}" in args.ops]
     rows = []
     with tempfile.TemporaryDirectory(prefix="farm-retime-") as tmp:
-        for meta in metas:
-            if len(metas) > 1:
-                row = _isolated(meta, Path(tmp), args)
-            else:
+        for meta, row in _rows(metas, Path(tmp), args):
+            if len(metas) == 1:
                 try:
                     [ref] = corpus.find_tasks(settings, [meta["source"]], [meta["op"]])
                     modes = (("max-autotune-no-cudagraphs",) if args.compile else ()) + (
@@ -200,6 +229,21 @@ def main() -> None:
                       + (f" vs compile (kernel) {row['vs_compile_kernel']:.2f}" if "vs_compile_kernel" in row else ""),
                       flush=True)
     print(json.dumps(write_summary(rows, args.json)))
+
+
+def _rows(metas: list[dict], tmp: Path, args):
+    """(meta, row or None) in the order the ops finish: None where this process re-times the
+    one op itself, else a row from the op's own process (--jobs of them at once)."""
+    if len(metas) == 1:
+        yield metas[0], None
+        return
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    os.environ[LOCK_ENV] = str(tmp / "device.lock")
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        futures = {pool.submit(_isolated, meta, tmp, args): meta for meta in metas}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
 
 
 def _isolated(meta: dict, tmp: Path, args) -> dict:

@@ -112,6 +112,41 @@ def test_a_busy_host_gets_a_lead_queued_before_each_timed_call():
     assert quiet.spins == [0.0] * 6
 
 
+class _Syncing:
+    """A forward that waits on the device (an `.item()`): it returns once the flush and spin
+    queued before it have run, after its own half millisecond."""
+
+    def __init__(self, timer: _CudaLikeTimer):
+        self.timer = timer
+        spin = timer.spin
+
+        def queued_spin(ms: float) -> None:
+            spin(ms)
+            self.queued_ms = ms + timer._flush_ms
+
+        timer.spin = queued_spin
+        self.queued_ms = 0.0
+
+    def __call__(self):
+        import time
+
+        time.sleep(self.queued_ms / 1e3 + 0.0005)
+        self.queued_ms = 0.0
+
+
+def test_a_call_that_waits_on_the_device_gets_no_lead_that_feeds_on_itself():
+    """Its host time is the device's: a lead made of it was waited for in the next batch, which
+    made the next lead longer, up to MAX_LEAD_MS before every call."""
+    timer = _CudaLikeTimer(flush_ms=0.05)
+    call = _Syncing(timer)
+    for _ in range(6):
+        timer.batch(call, 4)
+    batches = [timer.spins[i:i + 4] for i in range(0, len(timer.spins), 4)]
+    assert all(b[1:] == [0.0] * 3 for b in batches), batches  # the first call tells, the rest get none
+    assert max(timer.spins) < 1.0, batches  # 1.5 x (the flush and half a millisecond), never more
+    assert sum(1 for b in batches if b[0] > 0) >= 2  # and it is asked again, not given up for good
+
+
 def test_the_first_graph_replay_is_queued_behind_a_spin():
     spins: list = []
 
