@@ -163,6 +163,7 @@ class DeviceTimer:
         lead = self._lead_ms()
         spun_between = 0.0  # the spins inside the batch's span (all but the first call's)
         waited = False
+        probe = first + (1 if n > 1 else 0)  # the second call: a batch's first is slower on the host
         host0 = _perf_counter()
         for i in range(first, first + n):
             if prepare is not None:
@@ -172,7 +173,7 @@ class DeviceTimer:
             spun_between += lead if i > first else 0.0
             start, end = self.event(), self.event()
             start.record()
-            if lead and i == first:
+            if lead and i == probe:
                 waited = self._waits_on_device(fn, lead)
                 lead = 0.0 if waited else lead
             else:
@@ -191,12 +192,14 @@ class DeviceTimer:
         return [s.elapsed_time(e) for s, e in pairs]
 
     def _waits_on_device(self, fn: Callable[[], object], lead: float) -> bool:
-        """Run the batch's first call and say whether it waited for the device (a forward that
-        synchronises: `.item()`, `.tolist()`, a host loop): its host time then covers the
-        flush and the spin queued before it, where a call that only launches takes what the
-        host took before, which the lead already exceeds by LEAD_MARGIN. Such a call gets no
-        lead (it catches up with the device by itself, as in do_bench): on the H100, AKG
-        compute_position's Model, led by 2 ms spins, read 85 us and do_bench 45 us."""
+        """Run one call and say whether it waited for the device (a forward that synchronises:
+        `.item()`, `.tolist()`, a host loop): its host time then covers the flush and the spin
+        queued before it, where a call that only launches takes what the host took per call
+        before, which the lead exceeds by LEAD_MARGIN. Such a call gets no lead (it catches up
+        with the device by itself, as in do_bench): on the H100, AKG compute_position's Model,
+        led by 2 ms spins, read 85 us and do_bench 45 us. Asked of a batch's second call: the
+        first, slower on the host, took a host-bound kernel's lead away (AKG _compute_pid's
+        best read 53 us for a 5 us kernel)."""
         t0 = _perf_counter()
         fn()
         return (_perf_counter() - t0) * 1e3 >= SYNC_SHARE * (lead + (self._flush_ms or 0.0))
