@@ -13,7 +13,11 @@ pair ratios. Ops promoted with no ratio to the Model (the Model does not run the
 without one. With more than one op, each op runs in a process of its own (this script with
 --ops), so that an op that faults cannot take the device context of the others with it; --jobs N
 starts N of them at once, and they take turns (a lock file) for everything that touches the
-device, so that each op is still timed with the device to itself.
+device, so that each op is still timed with the device to itself. Events-mode ops (timed per
+call, the host's work inside the figure) run one at a time after the rest, so that no other
+op's start shares the host with them: their independent figures moved by up to 19% between two
+runs with --jobs (2026-11-24, AKG runs b and c), and a shared host is one cause that can be
+removed.
 
 --compile also times torch.compile of the task's Reference against the best kernel, kernel
 against kernel: compiled with mode="max-autotune-no-cudagraphs" (so it makes no CUDA graph of
@@ -240,10 +244,15 @@ def _rows(metas: list[dict], tmp: Path, args):
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     os.environ[LOCK_ENV] = str(tmp / "device.lock")
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        futures = {pool.submit(_isolated, meta, tmp, args): meta for meta in metas}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+    # an events-mode op is timed per call, host work included: its processes run one at a time,
+    # after the others, so that no other op's start (imports, loading) shares the host with it
+    graph = [m for m in metas if m.get("timing_mode") == "graph"]
+    alone = [m for m in metas if m.get("timing_mode") != "graph"]
+    for batch, jobs in ((graph, max(1, args.jobs)), (alone, 1)):
+        with ThreadPoolExecutor(jobs) as pool:
+            futures = {pool.submit(_isolated, meta, tmp, args): meta for meta in batch}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
 
 
 def _isolated(meta: dict, tmp: Path, args) -> dict:
