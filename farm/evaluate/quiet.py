@@ -1,10 +1,12 @@
 """A quiet host while a device is timed (docs/evaluator.md "A quiet host").
 
 An op whose forward synchronises with the host (a `.item()`, a `.tolist()`, a host loop) is
-timed per call, and its per-call figure holds its host work. On a search host that same work
-competes with the compile-ahead runners (farm.evaluate.ahead: Triton and ptxas on every core),
-so the original's figure stretched and its speedups with it: on the H100, AKG's
-write_req_to_token_pool read 1.25x in a six-op search and 0.97x alone.
+timed per call, and its per-call figure holds its host work; a host-bound kernel's figure
+holds its launch latency unless the lead covers it (farm.evaluate.timing). On a search host
+that work competes with the compile-ahead runners (farm.evaluate.ahead: Triton and ptxas on
+every core). On the H100 this was suspected, and stopping the runners did not by itself move
+the AKG figures that disagreed (the timer's lead was the cause: docs/benchmarks.md, issue 19);
+it stays because a timing should not depend on how many candidates are being compiled.
 
 So the work that can wait does: while any process of the host holds a device for timing
 (farm.evaluate.lease), the runners registered here for that device are stopped with SIGSTOP,

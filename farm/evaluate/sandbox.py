@@ -246,7 +246,7 @@ class Sandbox:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        self.resume()  # a stopped runner asked to exit would never answer
+        self.resume()  # SIGKILL ends a stopped process too; this closes the pause's account
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -258,7 +258,7 @@ class Sandbox:
         self.proc = self.conn = None
 
     def close(self) -> None:
-        self.resume()
+        self.resume()  # a stopped runner asked to exit would never answer
         if self.alive:
             try:
                 self.conn.send_bytes(pickle.dumps({"cmd": "exit"}))
