@@ -295,6 +295,9 @@ class Comparison:
                 self._put_time_cases()
             with self.lease.hold(TIMING):
                 self._compare_all(result, rounds=self.settings.confirm_rounds)
+            if speedups.too_wide(result.comparison.get("model")):
+                with self.lease.hold(TIMING):
+                    self._compare_all(result, rounds=self.settings.confirm_rounds * speedups.WIDE_ROUNDS)
         except Stop as stop:
             return {"error": f"{stop.verdict}: {stop.reason}"}
         except SandboxDied as died:
