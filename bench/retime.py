@@ -10,8 +10,9 @@ triton.testing.do_bench_cudagraph (no flush, the calls replayed in a CUDA graph)
 figures with triton.testing.do_bench (256 MB cache flush before each call, median). Model and
 best are timed alternately, PAIRS times each (EVENTS_PAIRS for events-mode ops), and the
 independent speedup is the median of the pair ratios. Ops promoted with no ratio to the Model
-(the Model does not run there) are listed without one. With more than one op, each op runs in a process of its own (this script with
---ops), so that an op that faults cannot take the device context of the others with it; --jobs N
+(the Model does not run there) are listed without one. With more than one op, each op runs in a
+process of its own (this script with --ops), so that an op that faults cannot take the device
+context of the others with it; --jobs N
 starts N of them at once, and they take turns (a lock file) for everything that touches the
 device, so that each op is still timed with the device to itself. Events-mode ops (timed per
 call, the host's work inside the figure) run one at a time after the rest, so that no other
