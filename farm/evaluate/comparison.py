@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
+from farm.evaluate import quiet
 from farm.evaluate import speedup as speedups
 from farm.evaluate import timing
 from farm.evaluate.lease import TIMING, VERIFICATION
@@ -26,6 +29,30 @@ PER_CALL_KEYS = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "host_medi
 
 class Comparison:
     """Mixed into Evaluator; every method uses its runners (`candidates`, `references`)."""
+
+    _pinned = False  # a timing of this evaluator holds the device and has pinned its runners
+
+    @contextmanager
+    def _device(self, phase: str) -> Iterator[None]:
+        """The lease's hold of the device for `phase`. A timing also keeps both runners, which
+        take turns in its rounds, on the device's one timing core while it holds (farm.evaluate.
+        quiet.timing_cpu): figures from two freely placed processes carried their placement."""
+        outer = phase == TIMING and not self._pinned and not self.spec.target.interpret
+        with self.lease.hold(phase):
+            cpu = quiet.timing_cpu(self.spec.index) if outer else None
+            if cpu is None:
+                yield
+                return
+            runners = (self.candidates, self.references)
+            self._pinned = True
+            for runner in runners:
+                runner.pin({cpu})
+            try:
+                yield
+            finally:
+                self._pinned = False
+                for runner in runners:
+                    runner.pin(None)
 
     def _time_cases(self) -> tuple[list[str], list]:
         cases = self.fresh_cases()
@@ -254,7 +281,7 @@ class Comparison:
         self._null_run = True
         try:
             self.candidates.ensure_started()
-            with self.lease.hold(VERIFICATION):
+            with self._device(VERIFICATION):
                 reply = self.candidates.call("load_task", self.settings.limits.compile_s,
                                              path=str(self.ref.path.resolve()), source=self.ref.source,
                                              shapes=self.shapes, which="Model", init_inputs=self.init_inputs,
@@ -263,7 +290,7 @@ class Comparison:
                     return None
                 self._put_time_cases()
             result = EvalResult(verdict="pass")
-            with self.lease.hold(TIMING):
+            with self._device(TIMING):
                 self._compare_all(result, rounds=self.settings.confirm_rounds)
             return result.comparison.get("model")
         except (Stop, SandboxDied):
@@ -283,20 +310,20 @@ class Comparison:
     def _confirm(self, source: str, name: str) -> dict:
         """The device alone only for the rounds (farm.evaluate.lease): the fresh runners' starts,
         loads and first runs share it with other ops' verifications."""
-        with self.lease.hold(VERIFICATION):
+        with self._device(VERIFICATION):
             model_runs = self.model_runs()
         self.candidates.kill()
         result = EvalResult(verdict="pass")
         started = time.monotonic()
         try:
             self.candidates.ensure_started()
-            with self.lease.hold(VERIFICATION):
+            with self._device(VERIFICATION):
                 self._compile(source, name)
                 self._put_time_cases()
-            with self.lease.hold(TIMING):
+            with self._device(TIMING):
                 self._compare_all(result, rounds=self.settings.confirm_rounds)
             if speedups.too_wide(result.comparison.get("model")):
-                with self.lease.hold(TIMING):
+                with self._device(TIMING):
                     self._compare_all(result, rounds=self.settings.confirm_rounds * speedups.WIDE_ROUNDS)
         except Stop as stop:
             return {"error": f"{stop.verdict}: {stop.reason}"}

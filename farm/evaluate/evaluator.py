@@ -200,7 +200,7 @@ class Evaluator(Comparison):
                 if self.profile.derived_seeds and i < self.settings.fresh_seeds:
                     seed = profiles.trial_seed(int(self.data.get("seed", 0) or 0), i)
                 inputs = draw_inputs(self.task, seed)
-                with self.lease.hold(device_lease.VERIFICATION):  # Reference on the device: never beside a timing
+                with self._device(device_lease.VERIFICATION):  # Reference on the device: never beside a timing
                     reply = self._reference_run("Reference", f"seed{len(cases)}", inputs)
                 if not reply.get("ok"):
                     raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh seed: "
@@ -241,12 +241,12 @@ class Evaluator(Comparison):
         """Loaded and run once as a verification, then timed alone: only the timing calls hold
         the device from other ops."""
         self.references.ensure_started()
-        with self.lease.hold(device_lease.VERIFICATION):
+        with self._device(device_lease.VERIFICATION):
             run = self._reference_run(which, "pt", self.inputs)
         if not run.get("ok"):
             base[f"{key}_error"] = run.get("error", "")[-300:]
             return
-        with self.lease.hold(device_lease.TIMING):
+        with self._device(device_lease.TIMING):
             reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"], options=self.settings.timing)
             if reply.get("ok"):
                 base[f"{key}_ms"] = reply["stats"]["median_ms"]
@@ -269,7 +269,7 @@ class Evaluator(Comparison):
             self._start_runners()
             for stage, run in self._stages(source, name, result):
                 t0 = time.monotonic()
-                with self.lease.hold(STAGE_PHASE[stage]):
+                with self._device(STAGE_PHASE[stage]):
                     value = run(first if stage == "verify" else None)
                 if stage == "compile":
                     first = value

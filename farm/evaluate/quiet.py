@@ -18,6 +18,12 @@ file the lease holds exclusively while it times.
 
 What is not stopped: the search's own threads (proposals, bookkeeping), a generator's child
 (inductor's capture, once per op) and anything outside the farm.
+
+One core for the timers (`timing_cpu`): while a device is timed, the runners that take turns
+on it (a candidate's and the trusted one's) run on one and the same core. Two processes that
+the scheduler placed freely timed the same host-synchronising Model 0.79 to 1.27 times apart
+on the H100; pinned to one core, within 0.97 to 1.05 (bench/cross_process.py, issue 19): a
+ratio of figures from two processes carried their placement.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from farm.evaluate import lease as device_lease
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how soon a timing in another process of the host stops this process's runners
+TIMING_CPU_ENV = "FARM_TIMING_CPU"  # the core timing runners share: a number, or "off" (placement left to the OS)
 
 
 class Pausable(Protocol):
@@ -115,3 +122,23 @@ def for_device(label: str, host_wide: bool = True) -> HostQuiet:
         if label not in _quiets:
             _quiets[label] = HostQuiet(label, host_wide)
         return _quiets[label]
+
+
+def timing_cpu(index: int) -> int | None:
+    """The core on which device `index`'s timing runners run while timed: FARM_TIMING_CPU, else
+    one of the cores this process may use, counted from the last (the first cores are where
+    interrupts and the host's own services usually run), a different one per device. None:
+    off, or a single core (nothing to choose)."""
+    cores = sorted(os.sched_getaffinity(0))
+    raw = os.environ.get(TIMING_CPU_ENV, "").strip().lower()
+    if raw in ("off", "none", "no"):
+        return None
+    if raw:
+        if not raw.isdigit() or int(raw) not in cores:
+            log.warning("%s=%r is not one of this process's cores %s: timing runners are not pinned",
+                        TIMING_CPU_ENV, raw, cores)
+            return None
+        return int(raw)
+    if len(cores) < 2:
+        return None
+    return cores[-1 - index % len(cores)]

@@ -135,6 +135,21 @@ def _signal_tree(pid: int, sig: int) -> None:
             continue
 
 
+def _pin_tree(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` and its descendants on `cpus` (a thread's affinity is its own:
+    pinning the process id alone leaves the threads it already started where they were)."""
+    for p in _tree(pid):
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{p}/task").iterdir()]
+        except (OSError, ValueError):
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:  # the thread ended meanwhile
+                continue
+
+
 FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data go through a file (Sandbox._message)
 
 
@@ -156,6 +171,7 @@ class Sandbox:
         self.extra_env: dict[str, str] = {}  # over the allow-listed environment (compile-ahead's runners)
         self._paused_since: float | None = None  # stopped by pause() since then
         self._paused_s = 0.0  # seconds stopped so far: time limits do not count them
+        self._cpus: set[int] | None = None  # where pin() keeps the runner (None: where the OS puts it)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -204,6 +220,8 @@ class Sandbox:
             self.kill()
             raise SandboxDied("crash", f"candidate runner failed to start: {reply.get('error')}")
         self.device_info = reply.get("device", {})
+        if self._cpus is not None:
+            _pin_tree(self.proc.pid, self._cpus)  # a runner started while pinned is pinned too
 
     def _argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         if not self.boundary.on:
@@ -230,6 +248,14 @@ class Sandbox:
             _signal_tree(proc.pid, signal.SIGCONT)
         self._paused_s += time.monotonic() - self._paused_since
         self._paused_since = None
+
+    def pin(self, cpus: set[int] | None) -> None:
+        """Run the runner (all its threads, and a runner started later) on `cpus` only, or with
+        None wherever this process may run (farm.evaluate.quiet.timing_cpu says why)."""
+        self._cpus = set(cpus) if cpus is not None else None
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            _pin_tree(proc.pid, self._cpus if self._cpus is not None else os.sched_getaffinity(0))
 
     def paused_s(self) -> float:
         since = self._paused_since

@@ -18,6 +18,7 @@ class Runner:
     def __init__(self, name: str, lease: DeviceLease, log: list, replies: dict | None = None):
         self.name, self.lease, self.log, self.replies = name, lease, log, replies or {}
         self.alive, self.cached_inputs, self.starts = False, set(), 0
+        self.cpus = None  # pinned to (Sandbox.pin)
 
     def _phase(self):
         return getattr(self.lease._mine, "phase", None)
@@ -30,9 +31,14 @@ class Runner:
     def kill(self):
         self.alive = False
 
+    def pin(self, cpus):
+        self.cpus = cpus
+
     def call(self, cmd, timeout_s, **args):
         self.ensure_started()
         self.log.append((self.name, cmd, self._phase()))
+        if cmd == "time_round":
+            self.log.append((self.name, "pinned", frozenset(self.cpus) if self.cpus else None))
         return self.replies.get(cmd, {"ok": True, "samples": [0.01] * 4, "stats": {"median_ms": 0.01},
                                       "side_stream": False, "foreign_thread": False, "launches": 10})
 
@@ -178,3 +184,25 @@ def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(t
     assert [c[2] for c in probes] == ["verification"] * 3
     last_probe = max(i for i, c in enumerate(commands[:timed]) if c in probes)
     assert all(c[0] == "put_inputs" for c in commands[last_probe:timed])
+
+
+def test_both_runners_time_on_one_core_and_are_let_go_after(monkeypatch):
+    """The trusted runner's Model and the candidate's rounds on the same core: on the H100 two
+    freely placed processes timed one host-synchronising Model up to 1.27 times apart (issue 19)."""
+    import os
+
+    from farm.evaluate import quiet
+
+    core = min(os.sched_getaffinity(0))
+    monkeypatch.setenv(quiet.TIMING_CPU_ENV, str(core))
+    log: list = []
+    ev = _evaluator(log)
+    _faster_candidate(ev)
+    assert "error" not in ev.confirm("source")
+    pinned = {(who, cpus) for who, what, cpus in log if what == "pinned"}
+    assert pinned == {("candidates", frozenset({core})), ("references", frozenset({core}))}
+    assert ev.candidates.cpus is None and ev.references.cpus is None
+    monkeypatch.setenv(quiet.TIMING_CPU_ENV, "off")
+    log.clear()
+    ev.confirm("source")
+    assert {cpus for _who, what, cpus in log if what == "pinned"} == {None}

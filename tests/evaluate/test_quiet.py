@@ -149,3 +149,48 @@ def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path,
     finally:
         pool.close()
     assert box not in quiet.for_device(cpu.label, host_wide=False).members
+
+
+def _affinities(sb: Sandbox) -> set[frozenset[int]]:
+    """The cores every thread of the runner's tree may run on, one set per distinct answer."""
+    import os
+
+    out = set()
+    for pid in _tree(sb.proc.pid):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out.add(frozenset(os.sched_getaffinity(int(task.name))))
+    return out
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="one core: nothing to pin to")
+def test_a_pinned_runner_runs_every_thread_on_the_timing_core_until_let_go(runner):
+    """Two processes placed freely by the scheduler timed one host-synchronising Model 0.79 to
+    1.27 times apart on the H100, pinned to one core within 3% (bench/cross_process.py)."""
+    import os
+
+    everywhere = frozenset(os.sched_getaffinity(0))
+    core = max(everywhere)
+    assert len(list(Path(f"/proc/{_tree(runner.proc.pid)[-1]}/task").iterdir())) > 1  # torch's threads too
+    runner.pin({core})
+    assert _affinities(runner) == {frozenset({core})}
+    runner.pin(None)
+    assert _affinities(runner) == {everywhere}
+    runner.pin({core})
+    runner.kill()
+    runner.start()  # a runner started while pinned is pinned as well
+    assert _affinities(runner) == {frozenset({core})}
+
+
+def test_the_timing_core_is_one_of_ours_a_different_one_per_device_or_as_configured(monkeypatch):
+    import os
+
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv(quiet.TIMING_CPU_ENV, raising=False)
+    if len(cores) > 1:
+        assert quiet.timing_cpu(0) == cores[-1] and quiet.timing_cpu(1) == cores[-2]
+    monkeypatch.setenv(quiet.TIMING_CPU_ENV, "off")
+    assert quiet.timing_cpu(0) is None
+    monkeypatch.setenv(quiet.TIMING_CPU_ENV, str(cores[0]))
+    assert quiet.timing_cpu(3) == cores[0]
+    monkeypatch.setenv(quiet.TIMING_CPU_ENV, "9999")  # not a core of ours: not pinned, said in the log
+    assert quiet.timing_cpu(0) is None
