@@ -33,11 +33,14 @@ class Comparison:
     _pinned = False  # a timing of this evaluator holds the device and has pinned its runners
 
     @contextmanager
-    def _device(self, phase: str) -> Iterator[None]:
-        """The lease's hold of the device for `phase`. A timing also keeps both runners, which
-        take turns in its rounds, on the device's one timing core while it holds (farm.evaluate.
-        quiet.timing_cpu): figures from two freely placed processes carried their placement."""
-        outer = phase == TIMING and not self._pinned and not self.spec.target.interpret
+    def _device(self, phase: str, pin: bool = False) -> Iterator[None]:
+        """The lease's hold of the device for `phase`. With `pin` (the interleaved rounds of a
+        ratio) both runners, which take turns in them, also run on the device's one timing core
+        while it holds (farm.evaluate.quiet.timing_cpu): ratios of figures from two freely placed
+        processes carried their placement. Single-runner timings (a candidate's per-call pass and
+        its host-side checks, the baselines' per-call figures) keep the host's placement, where
+        a busy neighbour cannot hold the runner on one core."""
+        outer = pin and phase == TIMING and not self._pinned and not self.spec.target.interpret
         with self.lease.hold(phase):
             cpu = quiet.timing_cpu(self.spec.index) if outer else None
             if cpu is None:
@@ -290,7 +293,7 @@ class Comparison:
                     return None
                 self._put_time_cases()
             result = EvalResult(verdict="pass")
-            with self._device(TIMING):
+            with self._device(TIMING, pin=True):
                 self._compare_all(result, rounds=self.settings.confirm_rounds)
             return result.comparison.get("model")
         except (Stop, SandboxDied):
@@ -320,10 +323,10 @@ class Comparison:
             with self._device(VERIFICATION):
                 self._compile(source, name)
                 self._put_time_cases()
-            with self._device(TIMING):
+            with self._device(TIMING, pin=True):
                 self._compare_all(result, rounds=self.settings.confirm_rounds)
             if speedups.too_wide(result.comparison.get("model")):
-                with self._device(TIMING):
+                with self._device(TIMING, pin=True):
                     self._compare_all(result, rounds=self.settings.confirm_rounds * speedups.WIDE_ROUNDS)
         except Stop as stop:
             return {"error": f"{stop.verdict}: {stop.reason}"}

@@ -269,7 +269,7 @@ class Evaluator(Comparison):
             self._start_runners()
             for stage, run in self._stages(source, name, result):
                 t0 = time.monotonic()
-                with self._device(STAGE_PHASE[stage]):
+                with self._device(STAGE_PHASE[stage], pin=stage == "compare"):
                     value = run(first if stage == "verify" else None)
                 if stage == "compile":
                     first = value
