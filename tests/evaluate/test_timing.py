@@ -143,7 +143,9 @@ def test_a_call_that_waits_on_the_device_gets_no_lead_that_feeds_on_itself():
         timer.batch(call, 4)
     batches = [timer.spins[i:i + 4] for i in range(0, len(timer.spins), 4)]
     assert all(b[2:] == [0.0] * 2 for b in batches), batches  # the second call tells, the rest get none
-    assert max(timer.spins) < 1.0, batches  # 1.5 x (the flush and half a millisecond), never more
+    # about 1.5 x (the flush and half a millisecond), with room for a loaded host's late wake-ups;
+    # fed on itself it would reach the 2 ms cap from the second lead on
+    assert max(timer.spins) < 0.75 * timing.MAX_LEAD_MS, batches
     assert sum(1 for b in batches if b[0] > 0) >= 2  # and it is asked again, not given up for good
 
 
