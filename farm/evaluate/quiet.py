@@ -19,8 +19,9 @@ file the lease holds exclusively while it times.
 What is not stopped: the search's own threads (proposals, bookkeeping), a generator's child
 (inductor's capture, once per op) and anything outside the farm.
 
-One core for the timers (`timing_cpu`): while a device is timed, the runners that take turns
-on it (a candidate's and the trusted one's) run on one and the same core. Two processes that
+One core for the timers (`timing_cpu`): while the interleaved rounds of a ratio are timed, the
+runners that take turns in them (a candidate's and the trusted one's) run on one and the same
+core (farm.evaluate.comparison.Comparison._device). Two processes that
 the scheduler placed freely timed the same host-synchronising Model 0.79 to 1.27 times apart
 on the H100; pinned to one core, within 0.97 to 1.05 (bench/cross_process.py, issue 19): a
 ratio of figures from two processes carried their placement.
@@ -124,19 +125,26 @@ def for_device(label: str, host_wide: bool = True) -> HostQuiet:
         return _quiets[label]
 
 
+_warned: set[str] = set()  # FARM_TIMING_CPU values already said to be unusable
+
+
 def timing_cpu(index: int) -> int | None:
     """The core on which device `index`'s timing runners run while timed: FARM_TIMING_CPU, else
     one of the cores this process may use, counted from the last (the first cores are where
     interrupts and the host's own services usually run), a different one per device. None:
     off, or a single core (nothing to choose)."""
+    if not hasattr(os, "sched_getaffinity"):  # not Linux: placement stays the OS's
+        return None
     cores = sorted(os.sched_getaffinity(0))
     raw = os.environ.get(TIMING_CPU_ENV, "").strip().lower()
     if raw in ("off", "none", "no"):
         return None
     if raw:
         if not raw.isdigit() or int(raw) not in cores:
-            log.warning("%s=%r is not one of this process's cores %s: timing runners are not pinned",
-                        TIMING_CPU_ENV, raw, cores)
+            if raw not in _warned:  # once, not at every timing
+                _warned.add(raw)
+                log.warning("%s=%r is not one of this process's cores %s: timing runners are not pinned",
+                            TIMING_CPU_ENV, raw, cores)
             return None
         return int(raw)
     if len(cores) < 2:
