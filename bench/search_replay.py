@@ -41,7 +41,7 @@ class ReplayEvaluator:
     def __init__(self, table: dict, baseline: dict, spec):
         self.table, self.base, self.spec = table, baseline, spec
 
-    def evaluate(self, source: str, name: str = "") -> EvalResult:
+    def evaluate(self, source: str, name: str = "", bar: float | None = None) -> EvalResult:
         row = self.table.get(normalized_hash(source))
         if row is None:
             return EvalResult(verdict="crash", reason="not in the measured grid")

@@ -1,8 +1,9 @@
 """Throughput of a batch search, before and after the pipeline (issue #17), in one run.
 
 The same batch search of the bundled corpus (same ops, budgets, generators, seed) twice in this
-process tree: `before` with compile-ahead off (compile_workers 0: the sequential path, one
-candidate at a time on the device) and `after` with it on. Each phase gets a Triton cache of its
+process tree: `before` as the farm searched before issue 17's work (compile-ahead off,
+compile_workers 0: the sequential path, one candidate at a time on the device; and full_timing:
+every candidate's whole per-call pass and every comparison round) and `after` with the defaults. Each phase gets a Triton cache of its
 own (empty at its start), so neither reuses the other's compiled kernels; `after` also searches
 --ops-per-device ops at once on the device (farm.search.batch). Per phase and per op:
 candidates per device-minute (candidates / the op's device-minutes: its wall minutes, shared
@@ -188,8 +189,9 @@ def markdown(doc: dict) -> str:
     cfg = doc["config"]
     lines = [f"Device: {doc.get('device_name') or doc['device']}; ops: {len(doc['ops'])}; "
              f"budget {cfg['max_tasks']} candidates, generators {','.join(cfg['generators'])}, seed {cfg['seed']}, "
-             f"{cfg['max_concurrent']} in flight; after: {a['compile_workers']} compile-ahead runners per op, "
-             f"{a['ops_per_device']} ops at once on the device.", "",
+             f"{cfg['max_concurrent']} in flight; before: sequential, full per-call pass and every round for every "
+             f"candidate; after: {a['compile_workers']} compile-ahead runners per op, "
+             f"{a['ops_per_device']} ops at once on the device, the timing economy on.", "",
              "| | before (sequential) | after (pipeline) |", "|---|---|---|"]
     rows = (("candidates per device-minute, median over ops", "median_candidates_per_device_minute", "{:.1f}"),
             ("candidates per device-minute, whole batch", "batch_candidates_per_device_minute", "{:.1f}"),
@@ -267,7 +269,7 @@ def main() -> None:
     for phase, n, k in zip(PHASES, (0, workers), (1, args.ops_per_device)):
         if args.phase not in ("both", phase):
             continue
-        config = SearchConfig(**{**vars(base), "compile_workers": n})
+        config = SearchConfig(**{**vars(base), "compile_workers": n, "full_timing": phase == "before"})
         doc[phase] = run_phase(phase, refs, store, spec, gens, config, root, k)
         path.write_text(json.dumps(doc, indent=2, default=str))
     if not all(p in doc for p in PHASES):

@@ -111,6 +111,19 @@ class BackwardCheck:
                                 f"{reply['launches']} Triton kernels")
         result.timing_backward = reply["stats"]
 
+    def speedups(self, result: Any) -> None:
+        """Forward+backward against the baselines' per-call figures. Not yet an interleaved
+        comparison (issue 19 covers forward); labelled as a division in the result."""
+        base = self.ev.baseline()
+        fwd_bwd = (result.timing_backward or {}).get("median_ms")
+        if not fwd_bwd:
+            return
+        if base.get("model_fwd_bwd_ms"):
+            result.speedup_fwd_bwd_vs_model = base["model_fwd_bwd_ms"] / fwd_bwd
+        if base.get("reference_fwd_bwd_ms"):
+            result.speedup_fwd_bwd_vs_reference = base["reference_fwd_bwd_ms"] / fwd_bwd
+        result.timing_backward["speedup_method"] = "per-call events, baseline timed separately (not interleaved)"
+
 
 def _same(a: list, b: list) -> bool:
     import torch

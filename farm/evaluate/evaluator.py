@@ -83,6 +83,11 @@ class EvalSettings:
     rounds: int = 4  # comparison rounds per baseline, per candidate
     round_reps: int = 20  # per-call figures (events) or graph replays in one round
     confirm_rounds: int = 12  # the re-timing before promotion
+    # issue 17, a candidate's device time: the per-call pass beside a comparison gives checks and
+    # a labelled figure, not the ratio (its budget, in ms; None: the profile's); a candidate whose
+    # ratios after half the rounds all stay under this share of the op's best stops there (None: never)
+    per_call_budget_ms: float | None = 100.0
+    out_of_running: float | None = 0.9
 
     @classmethod
     def for_device(cls, spec: DeviceSpec, profile: str = "farm") -> "EvalSettings":
@@ -259,7 +264,9 @@ class Evaluator(Comparison):
 
     # ------------------------------------------------------------ candidate side
 
-    def evaluate(self, source: str, name: str = "candidate") -> EvalResult:
+    def evaluate(self, source: str, name: str = "candidate", bar: float | None = None) -> EvalResult:
+        """The candidate's verdict and figures. `bar`: the op's best ratio against the Model so
+        far (farm.search), against which a candidate out of the running stops its rounds early."""
         result = EvalResult(verdict="pass")
         self._started = started = time.monotonic()
         first: dict | None = None
@@ -267,7 +274,7 @@ class Evaluator(Comparison):
             self._static(source)
             self._frontend(source, result)
             self._start_runners()
-            for stage, run in self._stages(source, name, result):
+            for stage, run in self._stages(source, name, result, bar):
                 t0 = time.monotonic()
                 with self._device(STAGE_PHASE[stage], pin=stage == "compare"):
                     value = run(first if stage == "verify" else None)
@@ -291,7 +298,7 @@ class Evaluator(Comparison):
         result.reason = self._clean(result.reason, REASON_CHARS)
         result.log = self._clean(result.log, LOG_CHARS)
         if result.passed and self.backward is not None:
-            self._fwd_bwd_speedups(result)
+            self.backward.speedups(result)
         if result.passed:
             result.verified = {**self.verification(), "checked": result.seeds_checked}
         return result
@@ -302,26 +309,13 @@ class Evaluator(Comparison):
         self.candidates.ensure_started()
         self.references.ensure_started()
 
-    def _fwd_bwd_speedups(self, result: EvalResult) -> None:
-        """Training ops: forward+backward against the baselines' per-call figures. Not yet an
-        interleaved comparison (issue 19 covers forward); labelled as a division in the result."""
-        base = self.baseline()
-        fwd_bwd = (result.timing_backward or {}).get("median_ms")
-        if not fwd_bwd:
-            return
-        if base.get("model_fwd_bwd_ms"):
-            result.speedup_fwd_bwd_vs_model = base["model_fwd_bwd_ms"] / fwd_bwd
-        if base.get("reference_fwd_bwd_ms"):
-            result.speedup_fwd_bwd_vs_reference = base["reference_fwd_bwd_ms"] / fwd_bwd
-        result.timing_backward["speedup_method"] = "per-call events, baseline timed separately (not interleaved)"
-
-    def _stages(self, source: str, name: str, result: EvalResult) -> list:
+    def _stages(self, source: str, name: str, result: EvalResult, bar: float | None = None) -> list:
         stages = [("compile", lambda _: self._compile(source, name)), ("verify", lambda first: self._verify(first, result))]
         if self.backward is not None:
             stages.append(("verify_backward", lambda _: self.backward.verify(result, _Stop)))
         stages.append(("probes", lambda _: self._put_probes()))
         stages.append(("time", lambda _: self._time(result)))
-        stages.append(("compare", lambda _: self._compare_all(result)))
+        stages.append(("compare", lambda _: self._compare_all(result, bar=bar)))
         if self.backward is not None:
             stages.append(("time_backward", lambda _: self.backward.time(result, _Stop)))
         return stages
@@ -476,7 +470,7 @@ class Evaluator(Comparison):
         probe_keys = self._probe_keys()
         self._put_probes()  # a no-op after the probes stage: they are kept until this call
         try:
-            reply = self._call("time", self.settings.limits.time_s, keys=keys, options=self.settings.timing,
+            reply = self._call("time", self.settings.limits.time_s, keys=keys, options=self._per_call_options(),
                                probe_keys=probe_keys, inplace_args=self.task.inplace_args)
         finally:
             for key in probe_keys:

@@ -25,6 +25,7 @@ import torch
 from farm import targets
 from farm.evaluate import timing
 from farm.evaluate.child_rounds import RoundsMixin, _kind
+from farm.evaluate.child_trusted import TrustedMixin
 from farm.runtime import grads, pointers
 from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import trim
@@ -138,7 +139,7 @@ def device_info(spec: targets.DeviceSpec) -> dict:
     return info
 
 
-class Runner(RoundsMixin):
+class Runner(RoundsMixin, TrustedMixin):
     def __init__(self, spec: targets.DeviceSpec):
         self.spec = spec
         self.device = spec.torch_device
@@ -153,6 +154,7 @@ class Runner(RoundsMixin):
         self.integrity: dict[str, Any] = {}
         self.models: dict[str, torch.nn.Module] = {}  # trusted runner: baselines kept side by side
         self.graphs: dict[tuple, Any] = {}  # (slot, keys, calls) -> (graph, its outputs, its input buffers)
+        self.built: dict[tuple, torch.nn.Module] = {}  # the task's classes built here (child_trusted)
 
     def snapshot(self) -> None:
         """What the harness relies on, as it is before any candidate runs."""
@@ -163,6 +165,7 @@ class Runner(RoundsMixin):
     def load_source(self, source: str, init_inputs: list, name: str = "candidate") -> dict:
         """Execute the candidate from a file of its own: Triton reads kernel source from files."""
         self.unload()
+        self.built.clear()  # the task's own modules are never kept next to candidate code
         n = next(_counter)
         mod_name = f"farm_candidate_{n}"
         path = Path.cwd() / f"candidate_{n}.py"
@@ -181,27 +184,6 @@ class Runner(RoundsMixin):
             return {"ok": False, "kind": "compile_error", "error": "the candidate defines no class ModelNew(nn.Module)"}
         self.module = module
         return self._instantiate(cls, init_inputs)
-
-    def load_task(self, path: str, source: str, shapes: str, which: str, init_inputs: list,
-                  policy=None, slot: str | None = None,
-                  reference: str | None = None) -> dict:
-        """Load the task's Model or Reference as the current model, or, with `slot`, keep it
-        under that name beside the others (the baselines that candidates are compared with)."""
-        from farm.corpus import tasks as corpus
-
-        if slot is None:
-            self.unload()
-        task = corpus.load_task(corpus.ref_from_file(path, source, policy=policy), shapes, reference=reference)
-        cls = task.model_cls if which == "Model" else task.truth_cls
-        if slot is None:
-            return self._instantiate(cls, init_inputs)
-        current = self.model
-        reply = self._instantiate(cls, init_inputs)
-        if reply["ok"]:
-            self.models[slot] = self.model
-            self.graphs = {k: v for k, v in self.graphs.items() if k[0] != slot}
-        self.model = current
-        return reply
 
     def _instantiate(self, cls: type, init_inputs: list) -> dict:
         try:
@@ -477,6 +459,9 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
         runner = Runner(spec)
         install_launch_hook(runner.launches)
         runner.snapshot()
+        # what is alive now (torch, triton, the harness) lives as long as the runner: out of the
+        # collector's sight: a candidate's unload collects only what came after it
+        gc.freeze()
         _reply(conn, {"ok": True, "device": device_info(spec)})
     except BaseException:  # noqa: BLE001
         _reply(conn, {"ok": False, "error": trim(traceback.format_exc())})

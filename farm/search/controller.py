@@ -23,7 +23,7 @@ from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import speedup as speedups
 from farm.evaluate.evaluator import EvalSettings, Evaluator
-from farm.generators import Candidate, Context, Generator, Proposal
+from farm.generators import Context, Generator, Proposal
 from farm.reference.manifest import now
 from farm.observe import metrics
 from farm.search import pipeline, results, selection
@@ -55,6 +55,7 @@ class SearchConfig:
     profile: str = "farm"  # evaluation rules (farm.evaluate.profiles): farm or kernelbench
     timing_mode: str = "auto"  # auto (CUDA graph for short ops), events or graph (farm.evaluate.timing)
     compile_workers: int | None = None  # compile-ahead runners (farm.evaluate.ahead); None: evaluator.compile_workers
+    full_timing: bool = False  # every candidate: the whole per-call pass and every round (issue 17's before)
 
 
 @dataclass
@@ -242,7 +243,7 @@ class OpSearch:
                 gen = self.generators[self.rng.choice(sorted(self.generators))]
                 job_rng = random.Random(self.rng.getrandbits(64))
             try:
-                proposals = gen.propose(_as_candidate(parent), [_as_candidate(r) for r in insp],
+                proposals = gen.propose(parent.as_candidate(), [r.as_candidate() for r in insp],
                                         self._context(job_rng), n=1)
             except FarmError as exc:  # an unreachable LLM endpoint costs this proposal, not the search
                 log.warning("generator %s failed for %s: %s", gen.name, self.ref.key, exc)
@@ -277,7 +278,7 @@ class OpSearch:
             evaluator = pool.get()
             self.device_queue.dec()
             try:
-                result = evaluator.evaluate(rec.source, name=rec.id)
+                result = evaluator.evaluate(rec.source, name=rec.id, bar=self._bar())
                 device = evaluator.spec.label
             finally:
                 pool.put(evaluator)
@@ -287,6 +288,11 @@ class OpSearch:
                                     "generator": rec.generator, "submitted": self.db.submitted,
                                     "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
                                     "device": rec.device, "sandbox": rec.sandbox})
+
+    def _bar(self) -> float | None:
+        """A candidate that its first rounds put well under this stops comparing there."""
+        with self.lock:
+            return self.db.best_ratio()
 
     def _record(self, rec: Record, result, device: str, eval_s: float) -> None:
         """A verdict into the database (under the lock)."""
@@ -407,13 +413,15 @@ class OpSearch:
         return state.get("stop_reason") == "budget" and self.db.submitted < self.config.max_tasks
 
     def _eval_settings(self, spec: DeviceSpec) -> EvalSettings | None:
-        """The evaluator's settings, with the search's cache flush and timing mode."""
-        if self.config.flush == "write" and self.config.timing_mode == "auto" and (
-                self.eval_settings or self.config.profile == "farm"):
+        """The evaluator's settings, with the search's cache flush, timing mode and economy."""
+        c = self.config
+        if c.flush == "write" and c.timing_mode == "auto" and not c.full_timing and (
+                self.eval_settings or c.profile == "farm"):
             return self.eval_settings
-        base = self.eval_settings or EvalSettings.for_device(spec, self.config.profile)
-        extra = {} if self.config.flush == "write" else {"flush": self.config.flush}
-        return replace(base, timing={**base.timing, **extra}, mode=self.config.timing_mode)
+        base = self.eval_settings or EvalSettings.for_device(spec, c.profile)
+        extra = {} if c.flush == "write" else {"flush": c.flush}
+        full = {"per_call_budget_ms": None, "out_of_running": None} if c.full_timing else {}
+        return replace(base, timing={**base.timing, **extra}, mode=c.timing_mode, **full)
 
     def _loop(self, pool: Queue, max_chunks: int | None) -> str:
         slots = len(self.devices) * self.config.max_concurrent
@@ -444,7 +452,8 @@ class OpSearch:
         return {"run": self.run_name, "source": self.ref.source, "op": self.ref.op, "target": self.target,
                 "device_name": device_name, "stop_reason": stop, "submitted": self.db.submitted,
                 "passed": len(self.db.passing()), "baseline": {k: v for k, v in baseline.items() if k.endswith("_ms")},
-                "baseline_timing": _baseline_spread(baseline), "started_at": self.started_at, "finished_at": now(),
+                "baseline_timing": results.baseline_spread(baseline, TIMING_KEPT), "started_at": self.started_at,
+                "finished_at": now(),
                 "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
                              "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
                                  self.devices[0], self.config.profile)).fresh_seeds,
@@ -491,18 +500,6 @@ class OpSearch:
                          error=self.no_seed_text() if not self.db.records else "",
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",
                          fraction_of_limit=(best.limit or {}).get("fraction") if best else None)
-
-
-def _baseline_spread(baseline: dict) -> dict:
-    """How each baseline's median was measured (reps, spread, timer), for reports."""
-    return {k[:-len("_timing")]: {f: v[f] for f in TIMING_KEPT if f in v}
-            for k, v in baseline.items() if k.endswith("_timing") and isinstance(v, dict)}
-
-
-def _as_candidate(rec: Record) -> Candidate:
-    return Candidate(id=rec.id, source=rec.source, generator=rec.generator, verdict=rec.verdict, time_ms=rec.time_ms,
-                     speedup=rec.speedup, error=rec.reason, lineage=rec.lineage, generation=rec.generation,
-                     note=rec.note)
 
 
 def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from farm import pyast
+from farm.generators.base import Candidate
 
 
 def normalized_hash(source: str) -> str:
@@ -59,6 +60,12 @@ class Record:
         """The figure lineages compete on: against Model where it runs, else Reference."""
         return self.speedup_vs_model or self.speedup_vs_reference or 0.0
 
+    def as_candidate(self) -> Candidate:
+        """What a generator sees of this record."""
+        return Candidate(id=self.id, source=self.source, generator=self.generator, verdict=self.verdict,
+                         time_ms=self.time_ms, speedup=self.speedup, error=self.reason, lineage=self.lineage,
+                         generation=self.generation, note=self.note)
+
     @classmethod
     def from_dict(cls, d: dict) -> "Record":
         known = {f.name for f in fields(cls)}
@@ -104,6 +111,11 @@ class Database:
     def best(self) -> Record | None:
         passing = self.passing()
         return passing[0] if passing else None
+
+    def best_ratio(self) -> float | None:
+        """The highest ratio against the Model among passing candidates (the search's bar)."""
+        ratios = [r.speedup_vs_model for r in self.passing() if r.speedup_vs_model]
+        return max(ratios) if ratios else None
 
     def children(self, parent_id: str) -> list[Record]:
         return [r for r in self.records.values() if r.parent == parent_id]

@@ -143,3 +143,9 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
 
 def load_report(store: Store, run: str, source: str, op: str) -> dict[str, Any]:
     return json.loads(store.get_bytes(f"{op_prefix(run, source, op)}/report.json"))
+
+
+def baseline_spread(baseline: dict, kept: tuple[str, ...]) -> dict:
+    """How each baseline's median was measured (reps, spread, timer), for reports."""
+    return {k[:-len("_timing")]: {f: v[f] for f in kept if f in v}
+            for k, v in baseline.items() if k.endswith("_timing") and isinstance(v, dict)}

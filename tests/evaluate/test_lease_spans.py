@@ -232,8 +232,8 @@ def test_of_a_candidates_stages_only_the_compared_rounds_are_pinned(monkeypatch)
     def stage(name):
         return lambda first: seen.setdefault(name, (ev.candidates.cpus, ev.references.cpus))
 
-    ev._stages = lambda source, name, result: [(s, stage(s)) for s in ("compile", "verify", "probes", "time",
-                                                                       "compare")]
+    ev._stages = lambda source, name, result, bar=None: [(s, stage(s)) for s in ("compile", "verify", "probes",
+                                                                                 "time", "compare")]
     ev._static = ev._frontend = lambda *a: None
     ev._start_runners = lambda: None
     ev._check_deadline = lambda stage: None

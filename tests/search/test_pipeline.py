@@ -177,8 +177,8 @@ def test_two_evaluators_on_one_device_never_time_at_once(row_sum):
         def _time(self, result):
             return self._span("timing", super()._time, result)
 
-        def _compare_all(self, result, rounds=None):
-            return self._span("timing", super()._compare_all, result, rounds)
+        def _compare_all(self, result, rounds=None, bar=None, only=None):
+            return self._span("timing", super()._compare_all, result, rounds, bar, only)
 
     # the same device twice: two evaluators (two runners) sharing one lease, candidates in flight on both
     store, ref, data = row_sum

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from farm.config import load_settings
+from farm.evaluate.evaluator import EvalSettings
 from farm.corpus.tasks import find_tasks
 from farm.generators import Generator, Proposal, load_generator
 from farm.reference.generate import generate_references
@@ -286,7 +287,7 @@ class ScriptedEvaluator:
         self.summary = speedup.summarize(ratios) if model_runs else None
         self.confirmed = []
 
-    def evaluate(self, source, name=""):
+    def evaluate(self, source, name="", bar=None):
         from farm.evaluate.evaluator import EvalResult
 
         timing = {"median_ms": 0.004, "min_ms": 0.004, "rse": 0.0, "reps": 40, "stop_reason": "rounds",
@@ -348,3 +349,29 @@ def test_promotion_rests_on_the_fresh_re_timing_against_the_model(demo_store, ra
     else:
         assert not store.exists(best_json) or store.read_json(best_json)["run"] != run
         assert outcome.speedup_vs_model == made[0].summary["ratio"] < 1.05  # reported as measured, not 5x
+
+
+def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_economy_off(demo_store):
+    """The bar a candidate out of the running is stopped by (farm.evaluate.comparison) is the
+    op's best ratio against the Model among the verdicts in so far."""
+    from farm.search.controller import OpSearch
+
+    store, refs = demo_store
+    data = load_reference(store, "demo", "row_sum")
+    bars = []
+
+    class Recording(ScriptedEvaluator):
+        def evaluate(self, source, name="", bar=None):
+            bars.append(bar)
+            return super().evaluate(source, name)
+
+    config = SearchConfig(max_tasks=3, max_concurrent=1, chunk_size=3, generators=("tune",), early_stop=False)
+    OpSearch(refs["row_sum"], data, store, "bar", "cpu", [CPU], [load_generator("tune")], config,
+             evaluator_factory=lambda *a: Recording(CPU, [1.3, 1.3])).run(force=True)
+    assert bars == [None, 5.0, 5.0]  # nothing to beat, then the first candidate's 5.0x
+    default = OpSearch(refs["row_sum"], data, store, "bar2", "cpu", [CPU], [], SearchConfig())
+    assert default._eval_settings(CPU) is None  # the evaluator's own: economy on
+    assert EvalSettings().per_call_budget_ms and EvalSettings().out_of_running
+    full = OpSearch(refs["row_sum"], data, store, "bar3", "cpu", [CPU], [], SearchConfig(full_timing=True))
+    settings = full._eval_settings(CPU)
+    assert settings.per_call_budget_ms is None and settings.out_of_running is None
