@@ -118,7 +118,7 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
             per[normalized_hash(source)] = {"verdict": c["verdict"], "time_ms": c.get("time_ms"),
                                             "rse": (c.get("timing") or {}).get("rse"), "id": c["id"],
                                             "generator": c["generator"],
-                                            "reason": (c.get("reason") or "")[:300]}  # why a verdict changed
+                                            "reason": (c.get("error") or "")[:300]}  # why a verdict changed
         ops.append({"op": key, "status": row.get("status"), "candidates": len(cands), "wall_s": wall_s, "_cands": cands,
                     "device_minutes": minutes[key],
                     "candidates_per_device_minute": len(cands) / minutes[key] if minutes[key] else 0.0,

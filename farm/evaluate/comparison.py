@@ -24,7 +24,7 @@ _FLOORS: dict[str, dict] = {}
 SUSPICIOUS_SPEEDUP = 20.0  # against Reference; reported, never trusted silently
 # what a result keeps of the per-call pass (probes, host checks) beside the compared figure
 PER_CALL_KEYS = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "host_median_ms", "host_bound", "probe_ms",
-                 "probe_check")
+                 "probe_check", "host_check")
 
 
 class Comparison:

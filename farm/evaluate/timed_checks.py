@@ -9,6 +9,8 @@ could not see. Each failure is a `cheat` verdict.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from farm.evaluate.result import Stop
 from farm.runtime import compare
 
@@ -21,8 +23,11 @@ DEFAULT_CACHE_SPEED_RATIO = 0.5
 CACHE_MIN_GAIN_MS = 0.1
 
 
-def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float) -> dict:
-    """The reply's stats, once every check passed; `cases` maps input-set key to expected outputs."""
+def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float,
+          recheck: Callable[[], float] | None = None) -> dict:
+    """The reply's stats, once every check passed; `cases` maps input-set key to expected outputs.
+    `recheck()`: the host's time per call measured again, asked before host time alone makes a
+    candidate a cheat."""
     stats = reply["stats"]
     if reply["side_stream"] or reply["foreign_thread"]:
         raise Stop("cheat", "kernels ran outside the timed stream while being timed")
@@ -44,10 +49,22 @@ def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float)
                             f"{stats['probe_ms']:.4f} ms: repeated inputs are served from a cache")
     if target.name == "cuda":
         host, dev = stats["host_median_ms"], stats["median_ms"]
-        if host > unseen_work_ratio * dev and host > dev + 2.0:
+        if unseen_work(host, dev, unseen_work_ratio) and recheck is not None:
+            # the host clock also counts a stall of the host (a busy neighbour, a runner starting
+            # beside a search): hidden work shows again, a stall seldom does (issue 17: a search
+            # sharing its host with others judged one of 29 candidates this way, once)
+            stats["host_check"] = f"measured again after {host:.3f} ms per call"
+            host = stats["host_median_ms"] = recheck()
+        if unseen_work(host, dev, unseen_work_ratio):
             raise Stop("cheat", f"device events saw {dev:.3f} ms but each call took {host:.3f} ms: "
                                 "work ran where the timer could not see it")
     return stats
+
+
+def unseen_work(host_ms: float, device_ms: float, ratio: float) -> bool:
+    """A call whose host time is `ratio` times its device time, and 2 ms more: work ran where
+    the device's events could not see it."""
+    return host_ms > ratio * device_ms and host_ms > device_ms + 2.0
 
 
 def cache_ratio(target) -> float:

@@ -243,3 +243,35 @@ def test_of_a_candidates_stages_only_the_compared_rounds_are_pinned(monkeypatch)
     assert seen["compare"] == ({core}, {core})
     assert all(seen[s] == (None, None) for s in ("compile", "verify", "probes", "time"))
     assert ev.candidates.cpus is None and ev.references.cpus is None
+
+
+def test_a_host_time_suspicion_is_measured_again_in_the_same_hold_without_the_probes():
+    """Host time far above device time is hidden work or a stalled host: the per-call pass is
+    asked again (its probes are no longer unseen, so none), inside the timing's hold, and only
+    a second such figure is a cheat (farm.evaluate.timed_checks)."""
+    from farm.evaluate.result import EvalResult
+
+    log: list = []
+    ev = _evaluator(log)
+    ev.tolerance = {}
+    import torch
+
+    answer = [torch.ones(2)]
+    ev.fresh_cases = lambda: [([], answer)]
+    ev.probe_cases = lambda: [([], answer)]
+    ev._put_probes = lambda: None
+    sent = []
+    hosts = iter([5.0, 0.06])
+
+    def call(cmd, timeout_s, *a, **k):
+        sent.append((cmd, tuple(k.get("probe_keys", ())), getattr(ev.lease._mine, "phase", None)))
+        stats = {"median_ms": 0.05, "host_median_ms": next(hosts), "host_bound": 0.0}
+        return {"ok": True, "stats": stats, "side_stream": False, "foreign_thread": False, "launches": 20,
+                "min_calls": 10, "outputs": {"seed0": answer, "seed1": answer}}
+
+    ev._call = call
+    result = EvalResult(verdict="pass")
+    with ev.lease.hold("timing"):
+        ev._time(result)
+    assert sent == [("time", ("seed1",), "timing"), ("time", (), "timing")]
+    assert result.timing["host_median_ms"] == 0.06 and "measured again" in result.timing["host_check"]

@@ -32,3 +32,33 @@ def test_a_batch_slowed_as_a_whole_by_a_busy_host_is_no_cache():
 
 def test_a_gain_below_the_floor_is_no_cache():
     assert not timed_checks.served_from_cache({"median_ms": 0.01, "probe_ms": 0.08, "probe_beside_ms": 0.01}, 0.5)
+
+
+CUDA = type("CudaTarget", (), {"name": "cuda", "interpret": False})()  # the host check is CUDA's
+
+
+@pytest.mark.parametrize("again, cheat", [(0.06, False), (5.2, True), (None, True)])
+def test_host_time_alone_makes_a_cheat_only_when_measured_again(again, cheat):
+    """A call the device saw for 0.05 ms took the host 5 ms: hidden work, or a stalled host. The
+    host's time is measured again first (issue 17): a stall passes the second time, hidden work
+    does not; without a way to measure again the first figure decides."""
+    reply = _reply(0.05, 0.0, 0.0)
+    reply["stats"]["host_median_ms"] = 5.0
+    asked = []
+
+    def recheck():
+        asked.append(1)
+        return again
+
+    args = (reply, {}, None, CUDA, 4.0)
+    if cheat:
+        with pytest.raises(Stop) as stop:
+            timed_checks.check(*args, recheck=recheck if again is not None else None)
+        assert stop.value.verdict == "cheat" and "where the timer could not see it" in stop.value.reason
+    else:
+        stats = timed_checks.check(*args, recheck=recheck)
+        assert stats["host_median_ms"] == 0.06 and "measured again after 5.000 ms" in stats["host_check"]
+    assert len(asked) == (0 if again is None else 1)
+    quiet = _reply(0.05, 0.0, 0.0)
+    timed_checks.check(quiet, {}, None, CUDA, 4.0, recheck=recheck)  # no suspicion, nothing asked again
+    assert len(asked) == (0 if again is None else 1)
