@@ -285,16 +285,18 @@ class Sandbox:
 
     def close(self) -> None:
         self.resume()  # a stopped runner asked to exit would never answer
-        if self.alive:
-            try:
-                self.conn.send_bytes(pickle.dumps({"cmd": "exit"}))
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        try:
+            if self.alive:
+                try:
+                    self.conn.send_bytes(pickle.dumps({"cmd": "exit"}))
+                    self.proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+        finally:  # Ctrl-C or SIGTERM during the wait: the runner and its folder still go
+            self.kill()
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                self.workdir = None
 
     def log_tail(self, n: int = 4000) -> str:
         if self.workdir is None:

@@ -490,8 +490,9 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
             if msg["cmd"] == "_file":  # a large command, written by the parent (Sandbox._message)
                 msg = _read_message(msg["name"])
         except (EOFError, OSError):
-            return
+            msg = {"cmd": "exit"}
         if msg["cmd"] == "exit":
+            gc.unfreeze()  # an exit collects as usual (frozen objects are reported as leaks by nanobind)
             return
         try:
             reply = handlers[msg["cmd"]](msg)
