@@ -146,10 +146,10 @@ def test_a_call_that_waits_on_the_device_gets_no_lead_that_feeds_on_itself():
     batches = [timer.spins[i:i + 4] for i in range(0, len(timer.spins), 4)]
     assert all(b[2:] == [0.0] * 2 for b in batches), batches  # the second call tells, the rest get none
     # about 1.5 x (the flush and half a millisecond); fed on itself it would reach the 2 ms cap
-    # from the second lead on. A loaded host's late wake-up lengthens one lead, not the others
-    # (CI on 2 cores: one of 1.52 ms beside 0.93 ms ones)
+    # from the second lead on. A loaded host's late wake-up lengthens one lead, even to the cap,
+    # not the others (CI on 2 cores: one of 1.52 ms, once one of 2 ms, beside 0.9 ms ones)
     leads = [b[0] for b in batches if b[0] > 0]
-    assert max(leads) < timing.MAX_LEAD_MS and statistics.median(leads) < 0.75 * timing.MAX_LEAD_MS, batches
+    assert statistics.median(leads) < 0.75 * timing.MAX_LEAD_MS, batches
     assert sum(1 for b in batches if b[0] > 0) >= 2  # and it is asked again, not given up for good
 
 
