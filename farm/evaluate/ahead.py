@@ -48,7 +48,7 @@ from farm.evaluate import quiet, static_checks
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.result import EvalResult
 from farm.evaluate.result import nbytes as _nbytes
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
 from farm.observe import metrics
 from farm.runtime.isolation import trim
 from farm.targets import DeviceSpec
@@ -152,4 +152,4 @@ class CompileAhead:
     def close(self) -> None:
         for box in self.runners:
             quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret).remove(box)
-            box.close()
+        close_all(self.runners)

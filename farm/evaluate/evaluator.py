@@ -44,7 +44,7 @@ from farm.evaluate.comparison import Comparison
 from farm.evaluate.result import EvalResult
 from farm.evaluate.result import Stop as _Stop
 from farm.evaluate.result import nbytes as _nbytes
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
 from farm.evaluate.timing import GRAPH_THRESHOLD_MS
 from farm.runtime import compare
 from farm.runtime.isolation import trim
@@ -485,8 +485,7 @@ class Evaluator(Comparison):
                                            self.settings.unseen_work_ratio, recheck=host_again)
 
     def close(self) -> None:
-        self.candidates.close()
-        self.references.close()
+        close_all((self.candidates, self.references))
 
     def __enter__(self) -> "Evaluator":
         return self

@@ -22,6 +22,7 @@ the Triton cache only, its own /proc.
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import os
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -188,6 +190,7 @@ class Sandbox:
         """A new, empty working folder per runner: nothing a dead runner wrote is seen again."""
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        _OPEN.add(self)
         self.workdir = Path(tempfile.mkdtemp(prefix="farm-sandbox-"))
 
     def start(self) -> None:
@@ -292,11 +295,14 @@ class Sandbox:
                     self.proc.wait(timeout=5)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
-        finally:  # Ctrl-C or SIGTERM during the wait: the runner and its folder still go
-            self.kill()
-            if self.workdir is not None:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-                self.workdir = None
+        finally:  # Ctrl-C or SIGTERM during a wait: the runner and its folder still go
+            try:
+                self.kill()
+            finally:
+                if self.workdir is not None:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                    self.workdir = None
+                _OPEN.discard(self)
 
     def log_tail(self, n: int = 4000) -> str:
         if self.workdir is None:
@@ -375,6 +381,38 @@ class Sandbox:
         else:
             why = f"exited with code {code}"
         return SandboxDied("crash", f"candidate runner {why} during {what}\n{self.log_tail(1500)}")
+
+
+# runners with a folder, until closed: what a thread (re)started after its owner closed it
+# (Ctrl-C or SIGTERM while candidates were in flight) goes when the process exits
+_OPEN: "weakref.WeakSet[Sandbox]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_left_open() -> None:
+    """At exit (after the interpreter joined its threads): no runner and no folder left behind."""
+    for box in list(_OPEN):
+        try:
+            box.kill()
+        except BaseException:  # noqa: BLE001 - the next one still goes
+            pass
+        if box.workdir is not None:
+            shutil.rmtree(box.workdir, ignore_errors=True)
+            box.workdir = None
+
+
+def close_all(items) -> None:
+    """Close each of `items` (runners, or what holds them), even when Ctrl-C or SIGTERM lands
+    while one of them closes: the first error is raised once all are closed, so no runner or
+    folder is left behind by the one before it."""
+    error: BaseException | None = None
+    for item in items:
+        try:
+            item.close()
+        except BaseException as exc:  # noqa: BLE001 - raised again below
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _decode(data: bytes) -> dict:

@@ -11,6 +11,7 @@ import gc
 import importlib.util
 import io
 import itertools
+import os
 import pickle
 import signal
 import sys
@@ -492,8 +493,11 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
         except (EOFError, OSError):
             msg = {"cmd": "exit"}
         if msg["cmd"] == "exit":
-            gc.unfreeze()  # an exit collects as usual (frozen objects are reported as leaks by nanobind)
-            return
+            # no interpreter teardown: with the start-up objects frozen it reported them as
+            # nanobind leaks and took longer; nothing of a runner needs it (the log is flushed)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         try:
             reply = handlers[msg["cmd"]](msg)
         except BaseException:  # noqa: BLE001 - e.g. outputs that cannot be serialised

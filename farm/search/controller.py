@@ -23,6 +23,7 @@ from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import speedup as speedups
 from farm.evaluate.evaluator import EvalSettings, Evaluator
+from farm.evaluate.sandbox import close_all
 from farm.generators import Context, Generator, Proposal
 from farm.reference.manifest import now
 from farm.observe import metrics
@@ -390,11 +391,8 @@ class OpSearch:
                 self.checkpoint()
             stop = self._loop(pool, max_chunks)
             confirmation = self._confirm(evaluators[0]) if stop else None
-        finally:
-            if self.ahead is not None:
-                self.ahead.close()
-            for ev in evaluators:
-                ev.close()
+        finally:  # each closed even when a signal lands while another one closes
+            close_all(([self.ahead] if self.ahead is not None else []) + evaluators)
         return self._finish(stop, baseline, confirmation) if stop else None
 
     def _confirm(self, evaluator: Evaluator) -> dict | None:

@@ -640,3 +640,58 @@ def test_cli_eval_usage_errors_exit_2_without_traceback(cli, refs, tmp_path):
         assert result.exit_code == 2, (message, result.exit_code, result.stdout, result.stderr)
         assert message in " ".join(result.stderr.split()), (message, result.stderr)
         assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_signal_while_one_runner_closes_leaves_none_behind():
+    """Ctrl-C or SIGTERM land wherever the main thread is: in one runner's close, the others
+    (and their folders) still go, and the signal is raised after (farm.evaluate.sandbox.close_all)."""
+    from farm.evaluate.sandbox import close_all
+
+    closed = []
+
+    class Box:
+        def __init__(self, name, interrupt=False):
+            self.name, self.interrupt = name, interrupt
+
+        def close(self):
+            closed.append(self.name)
+            if self.interrupt:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        close_all([Box("ahead"), Box("candidates", interrupt=True), Box("references")])
+    assert closed == ["ahead", "candidates", "references"]
+
+
+LEFT_OPEN = """
+import sys
+from farm.targets import resolve_device
+from farm.evaluate.sandbox import Limits, Sandbox
+
+box = Sandbox(resolve_device("cpu"), Limits(start_s=60))
+box.start()
+print(box.workdir, box.proc.pid, flush=True)
+"""  # and exits without closing it, as a thread that restarted a runner after its owner closed it
+
+
+def test_a_runner_left_open_goes_with_the_process():
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", LEFT_OPEN], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    workdir, pid = out.stdout.split()
+    assert not Path(workdir).exists()
+    for _ in range(50):  # killed: gone, or a zombie about to be reaped
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"runner {pid} still running")
