@@ -103,7 +103,9 @@ def _farm(tmp_path, *args, **kwargs):
 def test_a_signal_mid_run_leaves_a_consistent_store_that_resumes(mini, tmp_path, sig, code, said):
     store, _ = mini
     (tmp_path / "tmp").mkdir()
-    args = ("run", "--source", "mini", "--target", "cpu", "--generators", "tune", "--max-tasks", "6",
+    # chunks of 4 (farm run): 12 leave two more chunks after the first, so the signal lands mid-run
+    # even where candidates are judged quickly (with 6, a loaded CI host once saw the op finish first)
+    args = ("run", "--source", "mini", "--target", "cpu", "--generators", "tune", "--max-tasks", "12",
             "--store", f"file://{tmp_path / 'store'}")
     state_json = tmp_path / "store" / "runs" / "local-mini-cpu" / "mini" / "scale2" / "state.json"
     proc = _farm(tmp_path, *args)
