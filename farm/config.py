@@ -2,9 +2,10 @@
 
     command-line option > environment (FARM_*, standard AWS_*) > config file > built-in default
 
-The config file is `--config`, else `$FARM_CONFIG`, else `configs/farm.yaml` of the checkout
-(or of the current directory). Every effective value remembers where it came from, so
-`farm config show` can say it; secrets are masked there.
+The config file is `--config`, else `$FARM_CONFIG`, else `configs/farm.yaml` of the current
+directory or of the checkout, else the copy an installed package carries (farm/bundled/). Every
+effective value remembers where it came from, so `farm config show` can say it; secrets are
+masked there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import yaml
 from farm.errors import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# what an installed wheel carries instead of the checkout's tasks/ and configs/farm.yaml (setup.py)
+BUNDLED = Path(__file__).resolve().parent / "bundled"
 DEFAULT_STORE = "file://~/.farm/store"
 
 
@@ -35,7 +38,8 @@ def _meta(help: str, env: str | None = None, secret: bool = False) -> dict:
 class CorpusSettings:
     tasks_dir: str = field(
         default="",
-        metadata=_meta("folder holding one sub-folder per source (default: the checkout's tasks/)"),
+        metadata=_meta("folder holding one sub-folder per source (default: the checkout's tasks/, else the "
+                       "copy an installed package carries)"),
     )
     sources: dict[str, str] = field(
         default_factory=dict,
@@ -259,8 +263,18 @@ class Settings:
     def tasks_dir(self) -> Path:
         if self.corpus.tasks_dir:
             return Path(self.corpus.tasks_dir).expanduser()
-        bundled = PACKAGE_ROOT / "tasks"
-        return bundled if bundled.is_dir() else Path.cwd() / "tasks"
+        checkout = checkout_root()
+        for folder in ([checkout / "tasks"] if checkout else []) + [BUNDLED / "tasks"]:
+            if folder.is_dir():
+                return folder
+        return Path.cwd() / "tasks"
+
+
+def checkout_root() -> Path | None:
+    """The source checkout this package runs from (an editable install or PYTHONPATH), else None:
+    an installed package's parent is site-packages, where a folder named tasks/ or configs/ could
+    belong to any other distribution."""
+    return PACKAGE_ROOT if (PACKAGE_ROOT / "pyproject.toml").is_file() else None
 
 
 @dataclass(frozen=True)
@@ -368,9 +382,10 @@ def find_config_file(explicit: str | os.PathLike | None) -> tuple[Path | None, s
         if not path.is_file():
             raise ConfigError(f"config file {path} (FARM_CONFIG) does not exist")
         return path, "FARM_CONFIG"
-    for candidate in (Path.cwd() / "configs" / "farm.yaml", PACKAGE_ROOT / "configs" / "farm.yaml"):
-        if candidate.is_file():
-            return candidate, "default location"
+    checkout = checkout_root()
+    for folder in [Path.cwd() / "configs"] + ([checkout / "configs"] if checkout else []) + [BUNDLED]:
+        if (folder / "farm.yaml").is_file():
+            return folder / "farm.yaml", "default location"
     return None, ""
 
 
