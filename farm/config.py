@@ -23,10 +23,8 @@ from typing import Any
 import yaml
 
 from farm.errors import ConfigError
+from farm.paths import default_config_files, shipped_tasks
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-# what an installed wheel carries instead of the checkout's tasks/ and configs/farm.yaml (setup.py)
-BUNDLED = Path(__file__).resolve().parent / "bundled"
 DEFAULT_STORE = "file://~/.farm/store"
 
 
@@ -263,18 +261,7 @@ class Settings:
     def tasks_dir(self) -> Path:
         if self.corpus.tasks_dir:
             return Path(self.corpus.tasks_dir).expanduser()
-        checkout = checkout_root()
-        for folder in ([checkout / "tasks"] if checkout else []) + [BUNDLED / "tasks"]:
-            if folder.is_dir():
-                return folder
-        return Path.cwd() / "tasks"
-
-
-def checkout_root() -> Path | None:
-    """The source checkout this package runs from (an editable install or PYTHONPATH), else None:
-    an installed package's parent is site-packages, where a folder named tasks/ or configs/ could
-    belong to any other distribution."""
-    return PACKAGE_ROOT if (PACKAGE_ROOT / "pyproject.toml").is_file() else None
+        return shipped_tasks() or Path.cwd() / "tasks"
 
 
 @dataclass(frozen=True)
@@ -382,10 +369,9 @@ def find_config_file(explicit: str | os.PathLike | None) -> tuple[Path | None, s
         if not path.is_file():
             raise ConfigError(f"config file {path} (FARM_CONFIG) does not exist")
         return path, "FARM_CONFIG"
-    checkout = checkout_root()
-    for folder in [Path.cwd() / "configs"] + ([checkout / "configs"] if checkout else []) + [BUNDLED]:
-        if (folder / "farm.yaml").is_file():
-            return folder / "farm.yaml", "default location"
+    for candidate in default_config_files():
+        if candidate.is_file():
+            return candidate, "default location"
     return None, ""
 
 
