@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from farm.config import Settings
 from farm.errors import StorageError
 from farm.observe import metrics
-from farm.observe.worker_metrics import (
-    DeviceProbe,
-    SupervisorCollector,
-    WorkerState,
-    parse_npu_smi_usages,
-    parse_nvidia_smi,
-)
+from farm.observe import devices
+from farm.observe.devices import DeviceProbe, parse_npu_smi_usages
+from farm.observe.worker_metrics import SupervisorCollector, WorkerState
 from farm.storage import open_store
 from tests.s3_server import flaky_proxy, s3_server  # noqa: F401
 
@@ -178,11 +175,7 @@ def test_supervisor_collector_reports_workers_and_cpu_slots():
     assert stats[0].utilization is not None and stats[0].utilization >= 0
 
 
-def test_device_tool_outputs_parse():
-    gpus = parse_nvidia_smi("0, 1024, 81559, 37\n1, [N/A], 81559, 0\n")
-    assert gpus[0].used_bytes == 1024 * 2**20 and gpus[0].total_bytes == 81559 * 2**20
-    assert gpus[0].utilization == pytest.approx(0.37)
-    assert gpus[1].used_bytes is None and gpus[1].utilization == 0
+def test_npu_smi_output_parses():
     npu = parse_npu_smi_usages("""
         Memory Capacity(MB)            : 15039
         Memory Usage Rate(%)           : 6
@@ -194,9 +187,100 @@ def test_device_tool_outputs_parse():
     assert npu.utilization == pytest.approx(0.40)
 
 
-def test_cuda_probe_without_nvidia_smi_reports_nothing(monkeypatch):
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert DeviceProbe("cuda").stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
+class FakeNvml(types.ModuleType):
+    """pynvml's calls as nvidia-ml-py names them, for two GPUs: the second's board does not
+    report utilisation (NVML_ERROR_NOT_SUPPORTED). The real library needs a driver."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        super().__init__("pynvml")
+        self.inits = 0
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return types.SimpleNamespace(used=(handle + 1) * 2**30, total=80 * 2**30, free=0)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if handle == 1:
+            raise self.NVMLError("Not Supported")
+        return types.SimpleNamespace(gpu=37, memory=5)
+
+
+def test_gpu_gauges_come_from_nvml_never_from_nvidia_smi(monkeypatch, tmp_path):
+    marker = tmp_path / "ran"
+    smi = tmp_path / "nvidia-smi"  # an nvidia-smi that would be found first, and leaves a trace
+    smi.write_text(f"#!/bin/sh\ntouch {marker}\necho '0, 1, 2, 3'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    probe = DeviceProbe("cuda")
+    states = [WorkerState("search", "cuda", 0, True, 0, 1), WorkerState("search", "cuda", 1, True, 0, 2)]
+    stats = probe.stats(states)
+    assert stats[0].used_bytes == 2**30 and stats[0].total_bytes == 80 * 2**30
+    assert stats[0].utilization == pytest.approx(0.37)
+    assert stats[1].used_bytes == 2 * 2**30 and stats[1].utilization is None  # not supported: no gauge
+    probe._cache = (float("-inf"), {})
+    probe.stats(states)
+    assert fake.inits == 1 and not marker.exists()
+
+
+def test_without_a_driver_nvml_reports_no_gpu_and_says_so_once(caplog):
+    pytest.importorskip("pynvml")  # the real nvidia-ml-py: here, no libnvidia-ml.so
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    probe = DeviceProbe("cuda")
+    with caplog.at_level("WARNING", logger="farm.observe.devices"):
+        assert probe.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
+        probe._cache = (float("-inf"), {})
+        assert probe.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
+    assert len([r for r in caplog.records if "NVML" in r.getMessage()]) == 1
+
+
+def test_nvml_is_imported_only_by_a_cuda_probe():
+    code = ("import sys; import farm.observe.worker_metrics; "
+            "from farm.observe.devices import DeviceProbe; DeviceProbe('cpu').stats([]); "
+            "sys.exit('pynvml imported' if 'pynvml' in sys.modules else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_cpu_utilisation_is_a_share_of_the_cpus_the_worker_may_use(monkeypatch, tmp_path):
+    """Three busy processes on two CPUs are 1 (all of them), not 3; one is a half."""
+    clock = iter([100.0, 101.0, 102.0])
+    cpu_seconds = iter([10.0, 13.0, 14.0])  # +3 s of CPU in the first second, +1 s in the next
+    monkeypatch.setattr(devices.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(devices, "process_tree_cpu_seconds", lambda pids: next(cpu_seconds))
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(devices, "CGROUP", tmp_path)  # no quota
+    probe = DeviceProbe("cpu")
+    assert probe._cpu_stats(0, os.getpid()).utilization is None  # one reading: no rate yet
+    assert probe._cpu_stats(0, os.getpid()).utilization == 1.0
+    assert probe._cpu_stats(0, os.getpid()).utilization == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"cpu.max": "max 100000\n"}, 8.0),
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 8.0),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),
+])
+def test_cpu_capacity_is_the_affinity_capped_by_the_cgroup_quota(monkeypatch, tmp_path, files, expected):
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: set(range(8)))
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert devices.cpu_capacity(os.getpid(), cgroup=tmp_path) == expected
 
 
 def test_names_follow_prometheus_conventions_and_labels_stay_bounded():
