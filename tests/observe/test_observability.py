@@ -48,6 +48,8 @@ def dashboard_queries() -> list[tuple[str, str]]:
             for target in panel["targets"]:
                 found.append((f"{path.name}: {panel['title']} [{target['refId']}]", target["expr"]))
         for var in doc["templating"]["list"]:
+            if var["type"] == "datasource":
+                continue  # a list of datasources, no PromQL
             m = LABEL_VALUES.match(var["query"]["query"])
             assert m, f"{path.name}: variable {var['name']} is not label_values(...)"
             found.append((f"{path.name}: variable {var['name']}", f"count by ({m.group(2)}) ({m.group(1)})"))
@@ -101,20 +103,41 @@ def test_alerts_compare_recording_rules_with_thresholds():
         assert not re.search(r"\bfarm_[a-z_]+", alert["expr"]), f"{alert['alert']}: use a recording rule"
 
 
-def test_dashboards_are_provisioned_and_use_the_provisioned_datasource():
+def test_dashboards_pick_their_prometheus_through_a_datasource_variable():
+    """No datasource uid written in a dashboard (a cluster's Grafana has its own): every query and
+    variable names `${datasource}`, a variable of type datasource that the provisioned
+    Prometheus (the default datasource) fills in the standalone layout."""
     datasource = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())
-    uid = datasource["datasources"][0]["uid"]
+    assert datasource["datasources"][0]["isDefault"] is True
     providers = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/farm.yml").read_text())
     assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/farm"
     docs = [json.loads(p.read_text()) for p in DASHBOARDS]
     assert {d["uid"] for d in docs} == {"farm-fleet", "farm-search"}
+    ref = {"type": "prometheus", "uid": "${datasource}"}
     for doc in docs:
         ids = [p["id"] for p in doc["panels"]]
         assert len(ids) == len(set(ids)), doc["uid"]
+        variables = doc["templating"]["list"]
+        assert variables[0]["type"] == "datasource" and variables[0]["name"] == "datasource"
+        assert variables[0]["query"] == "prometheus", doc["uid"]
+        for var in variables[1:]:
+            assert var["datasource"] == ref, (doc["uid"], var["name"])
         for panel in doc["panels"]:
-            assert panel["datasource"]["uid"] == uid and panel["targets"], panel["title"]
-            assert all(t["datasource"]["uid"] == uid for t in panel["targets"]), panel["title"]
+            assert panel["datasource"] == ref and panel["targets"], panel["title"]
+            assert all(t["datasource"] == ref for t in panel["targets"]), panel["title"]
+        assert not _uids(doc) - {"${datasource}"}, f"{doc['uid']}: a hard-coded datasource uid"
     assert len(dashboard_queries()) >= 40
+
+
+def _uids(node) -> set[str]:
+    """Every datasource uid anywhere in a dashboard (panels in rows, annotations included)."""
+    if isinstance(node, dict):
+        own = {node["datasource"]["uid"]} if isinstance(node.get("datasource"), dict) and "uid" in node["datasource"] \
+            else set()
+        return own.union(*(_uids(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_uids(v) for v in node))
+    return set()
 
 
 # ---------------------------------------------------------------- the live test
