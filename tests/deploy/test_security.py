@@ -89,7 +89,7 @@ def test_farm_run_with_the_sandbox_required_succeeds_under_the_profile(tmp_path)
     bwrap_probe()
     env = {**os.environ, "HOME": str(tmp_path), "FARM_EVALUATOR_REQUIRE_SANDBOX": "1",
            "PYTHONPATH": str(ROOT)}
-    done = under(PROFILE, sys.executable, "-m", "farm", "run", "--ops", "vector_add_scale", "--max-tasks", "2",
+    done = under(PROFILE, sys.executable, "-m", "farm", "run", "--ops", "vector_add_scale", "--max-tasks", "1",
                  "--no-report", "--json", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [op] = json.loads(done.stdout)["ops"]
