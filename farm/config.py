@@ -60,11 +60,18 @@ class CorpusSettings:
         metadata=_meta("stop a task whose inputs, parameters and outputs exceed this (MiB, measured on the meta "
                        "device before allocating); 0: half of the memory available"),
     )
+    space_max: int = field(default=16384, metadata=_meta("a derived shape space's dimensions reach at most this"))
+    small_space_max: int = field(default=64, metadata=_meta("the same at small shapes (the interpreter runs cases)"))
     akg_root: str = field(
         default="",
         metadata=_meta("an AKG checkout: its sglang, vllm/triton_ops, vllm/torch_ops folders become the "
                        "sources sglang, vllm_triton, vllm_torch (replacing the bundled ones)"),
     )
+
+    def __post_init__(self) -> None:
+        for key in ("space_max", "small_space_max"):
+            if type(getattr(self, key)) is not int or getattr(self, key) < 1:
+                raise ConfigError(f"corpus.{key} must be a positive whole number, not {getattr(self, key)!r}")
 
 
 @dataclass

@@ -55,8 +55,8 @@ def list_ops(ctx: typer.Context, source: SourceOpt = None, as_json: bool = JsonO
     else:
         ok = sum(r["status"] == "ok" for r in rows)
         out.print(table(f"{len(rows)} tasks, {ok} usable", ["source", "op", "origin", "status", "mode", "truth",
-                                                            "tags", "summary"],
-                        [[r["source"], r["op"], r["origin"], r["status"], r.get("mode", "-"), _truth(r),
+                                                            "space", "tags", "summary"],
+                        [[r["source"], r["op"], r["origin"], r["status"], r.get("mode", "-"), _truth(r), _space(r),
                           ",".join(r.get("tags", [])), r.get("summary") or r.get("error", "")] for r in rows]))
     if any(r["status"] != "ok" for r in rows):
         raise typer.Exit(EXIT_FAILED)
@@ -72,6 +72,13 @@ def _list_row(ref: corpus.TaskRef) -> dict:
     except TaskError as exc:
         return {"status": "invalid", "source": ref.source, "op": ref.op, "path": str(ref.path),
                 "origin": ref.origin, "error": str(exc)}
+
+
+def _space(row: dict) -> str:
+    """Which dimensions vary (docs/task-format.md, "Shape spaces") and where that came from."""
+    if "space_text" not in row:
+        return "-"
+    return f"{row['space_text']} ({row['space_origin']})"
 
 
 def _truth(row: dict) -> str:

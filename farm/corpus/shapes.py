@@ -57,6 +57,8 @@ class ShapePolicy:
     memory_limit_mb: float = 0.0  # 0: half of the memory available when the guard runs
     overrides: tuple[tuple[str, Any], ...] = ()  # small shapes from the config (per source/op)
     op_overrides: tuple[str, ...] = ()  # names given for this op itself (must exist in its file)
+    space_max: int = 16384  # a derived shape space's dimensions reach at most this (farm.corpus.space)
+    small_space_max: int = 64  # ... at small shapes (the interpreter runs them)
 
     @property
     def override_dict(self) -> dict[str, Any]:
@@ -100,8 +102,9 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
-def measure(module: types.ModuleType, cls: type) -> Footprint:
-    """Inputs, parameters, outputs and FLOPs of one forward, all on the meta device.
+def measure(module: types.ModuleType, cls: type, input_kwargs: dict | None = None) -> Footprint:
+    """Inputs, parameters, outputs and FLOPs of one forward, all on the meta device
+    (`input_kwargs`: keyword arguments of get_inputs, for a case of a shape space).
 
     Raises whatever get_inputs/get_init_inputs/the constructor raise; a forward that the meta
     device cannot run (data-dependent ops) is recorded, not raised."""
@@ -110,7 +113,7 @@ def measure(module: types.ModuleType, cls: type) -> Footprint:
 
     with torch.device("meta"):
         init_inputs = list(module.get_init_inputs())
-        inputs = list(module.get_inputs())
+        inputs = list(module.get_inputs(**(input_kwargs or {})))
         model = cls(*init_inputs)
     # inputs a file builds by other means (numpy, torch.tensor(list)) are real but small
     inputs = [v.to("meta") if isinstance(v, torch.Tensor) else v for v in inputs]

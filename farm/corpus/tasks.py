@@ -89,7 +89,16 @@ class Task:
     shape_origin: str = ""
     shape_overrides: dict[str, Any] = field(default_factory=dict)
     shape_note: str = ""
+    input_kwargs: dict[str, Any] = field(default_factory=dict)  # get_inputs keywords of a space's case
     _guarded: bool = False
+    _space: Any = None  # farm.corpus.space.ShapeSpace, found on first use
+
+    @property
+    def space(self):
+        """Which dimensions vary and over what range (farm.corpus.space): declared or derived."""
+        from farm.corpus.space import space_of
+
+        return space_of(self)
 
     @property
     def truth_cls(self) -> type:
@@ -106,7 +115,7 @@ class Task:
         if self._guarded:
             return
         try:
-            fp = measure(self.module, self.model_cls)
+            fp = measure(self.module, self.model_cls, self.input_kwargs)
         except Exception:  # noqa: BLE001 - a file the meta device cannot build is checked for real
             self._guarded = True
             return
@@ -127,7 +136,7 @@ class Task:
 
     def _call_list(self, name: str) -> list:
         try:
-            values = getattr(self.module, name)()
+            values = getattr(self.module, name)(**(self.input_kwargs if name == "get_inputs" else {}))
         except Exception as exc:  # noqa: BLE001 - a task's own bug, reported against its file
             raise TaskError(self.ref.path, f"{name}() raised", f"{type(exc).__name__}: {exc}") from exc
         if not isinstance(values, (list, tuple)):
@@ -192,6 +201,7 @@ def shape_policy(settings: Settings, source: str, op: str) -> ShapePolicy:
             overrides[name] = tuple(value) if isinstance(value, list) else value
     return ShapePolicy(small_budget_mb=corpus_cfg.small_budget_mb, small_budget_mflop=corpus_cfg.small_budget_mflop,
                        memory_limit_mb=corpus_cfg.memory_limit_mb, overrides=tuple(sorted(overrides.items())),
+                       space_max=corpus_cfg.space_max, small_space_max=corpus_cfg.small_space_max,
                        op_overrides=tuple(sorted((corpus_cfg.shapes.get(f"{source}/{op}") or {}).keys())))
 
 
@@ -486,6 +496,7 @@ def _check_real_forward(task: Task, overrides: dict) -> None:
 def describe(task: Task) -> dict[str, Any]:
     """What `farm ops list` shows of a loaded task."""
     first_line = task.doc.splitlines()[0] if task.doc else ""
+    space = task.space
     return {
         "source": task.ref.source,
         "op": task.ref.op,
@@ -500,5 +511,9 @@ def describe(task: Task) -> dict[str, Any]:
         "backward": task.backward,
         "has_small_shapes": bool(getattr(task.module, "SMALL_SHAPES", None)),
         "small_shapes": task.shape_origin or "",
+        # which dimensions vary, over what range, and where that came from (declared, derived, none)
+        "space": space.as_dict(),
+        "space_text": space.describe(),
+        "space_origin": space.origin,
         "summary": first_line,
     }
