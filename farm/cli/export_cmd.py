@@ -21,7 +21,8 @@ def export(
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the package to (replaced if it holds an earlier export).")] = Path("kfarm_export"),
-    name: Annotated[Optional[str], typer.Option("--name", help="Python package name [kfarm_<run>].")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Python import name; stable across exports, its version rises with each [kfarm_kernels].")] = None,
+    cases: Annotated[int, typer.Option("--cases", min=0, help="Cases of each op's shape space the kernel is checked at before dispatch covers the space (0: the stored seed set only).")] = 8,
     aot_mode: Annotated[str, typer.Option("--aot", help="AOT C for CUDA kernels: auto (where a CUDA GPU or --aot-arch allows), on (fail if not), off.")] = "auto",
     aot_arch: Annotated[Optional[int], typer.Option("--aot-arch", help="Generate AOT C for this CUDA architecture (e.g. 90) without a GPU: launches recorded in Triton's interpreter.")] = None,
     store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")] = None,
@@ -29,26 +30,29 @@ def export(
 ) -> None:
     """Export promoted kernels as a pip-installable package: per op a dispatcher with a PyTorch fallback,
     the task's reference, generated pytest tests and a docs page; AOT C for CUDA kernels."""
-    from farm.export import package
+    from farm.export import naming, package
 
     if run and latest:
         raise FarmError("give --run RUN or --latest, not both")
     s = settings(ctx, {"store": store})
     st = open_store(s.store, s)
     name_run = package.latest(st) if latest else run
-    pkg = package.package_name(name, name_run)
+    pkg = naming.package_name(name)
     metas = package.select(st, name_run, target, source, op)
 
     def progress(i: int, n: int, what: str) -> None:
         if not as_json:
             out.print(f"[{i + 1}/{n}] {what}", highlight=False)
 
-    index = package.export(st, metas, out_dir, s, pkg, name_run, aot_mode, aot_arch, progress)
+    index = package.export(st, metas, out_dir, s, pkg, name_run, aot_mode, aot_arch, progress, cases)
     if as_json:
         print_json(index)
         return
-    out.print(table(f"package {pkg} -> {out_dir}", ["op", "call", "kernels", "fallback", "vs Model", "AOT C"],
+    out.print(table(f"package {pkg} {index['version']} -> {out_dir}",
+                    ["op", "call", "kernels", "fallback", "envelope", "layers", "vs Model", "AOT C"],
                     [[f"{e['source']}/{e['op']}", f"{e['module']}.{e['function']}", ", ".join(e["targets"]),
-                      e["truth"] or "none", ", ".join(fmt_num(v, ".2f") for v in e["speedup_vs_model"].values()),
+                      e["truth"] or "none", ", ".join(f"{t}: {v}" for t, v in e["envelope"].items()),
+                      ", ".join(layer["kind"] for layer in e["layers"]) or "-",
+                      ", ".join(fmt_num(v, ".2f") for v in e["speedup_vs_model"].values()),
                       ", ".join(f"{t}: {v}" for t, v in e["aot"].items()) or "-"] for e in index["ops"]]))
     out.print(f"pip install {out_dir} && pytest {out_dir}/tests", highlight=False)

@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,25 +31,25 @@ from typing import Any
 from farm.config import Settings
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
-from farm.export import aot
+from farm.export import aot, envelope, naming
+from farm.export.envelope import DEFAULT_CASES
 from farm.export.fetch import module_name
-from farm.export.package_text import CONFTEST, RUNTIME_FILE, op_doc, op_init, op_tests, package_init, pyproject, readme
+from farm.export.package_envelope import describe
+from farm.export.package_layers import recognise
+from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, package_init, pyproject, readme
 from farm.reference.manifest import now
 from farm.runtime.compare import DEFAULT_TOLERANCE
 from farm.search.results import kernel_prefix, op_prefix
 from farm.storage import Store
 
-AOT_RUNTIME_FILE = Path(__file__).with_name("package_aot.py")
-PKG_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+HERE = Path(__file__).parent
+# farm files copied into every package, and the name each gets there; their imports of one
+# another are rewritten to relative ones (they import nothing else of the farm)
+COPIED = {HERE / "package_runtime.py": "_runtime", HERE / "package_envelope.py": "_envelope",
+          HERE / "package_library.py": "_library", HERE / "package_layers.py": "_layers",
+          HERE / "package_checks.py": "_checks", HERE / "package_aot.py": "_aot",
+          HERE.parent / "corpus" / "case_locals.py": "_locals"}
 MAX_DATA_BYTES = 64 << 20  # a seed set bigger than this stays out of the package's tests
-
-
-def package_name(name: str | None, run: str | None) -> str:
-    if name is None:
-        name = "kfarm_" + re.sub(r"\W", "_", run.lower()) if run else "kfarm_kernels"
-    if not PKG_NAME.match(name):
-        raise FarmError(f"--name {name!r}: a package name is lower-case letters, digits and '_', not starting with a digit")
-    return name
 
 
 # ---------------------------------------------------------------- which kernels
@@ -86,8 +85,17 @@ def latest(store: Store) -> str:
 # ---------------------------------------------------------------- the package
 
 
+def copy_runtime(pkg: Path) -> None:
+    for path, module in COPIED.items():
+        text = path.read_text()
+        for other, target in COPIED.items():
+            dotted = ".".join(other.with_suffix("").parts[-3:])
+            text = text.replace(f"from {dotted} import", f"from .{target} import")
+        (pkg / f"{module}.py").write_text(text)
+
+
 def export(store: Store, metas: list[dict], out: Path, settings: Settings, name: str, run: str | None = None,
-           aot_mode: str = "auto", aot_arch: int | None = None, progress=None) -> dict[str, Any]:
+           aot_mode: str = "auto", aot_arch: int | None = None, progress=None, cases: int = DEFAULT_CASES) -> dict:
     """Write the package to `out`; returns the index (also OUT/export.json)."""
     if not metas:
         raise FarmError(f"no promoted kernels in {store.url} with these filters (a kernel is promoted only where a "
@@ -96,12 +104,12 @@ def export(store: Store, metas: list[dict], out: Path, settings: Settings, name:
         raise FarmError(f"--aot {aot_mode!r}: use auto, on or off")
     if out.exists() and any(out.iterdir()) and not (out / "export.json").exists():
         raise FarmError(f"--out {out}: folder exists and is not an earlier export; choose an empty folder")
+    version = naming.next_version(store, name, out)
     if out.exists():
         shutil.rmtree(out)
     pkg = out / name
     pkg.mkdir(parents=True)
-    shutil.copyfile(RUNTIME_FILE, pkg / "_runtime.py")
-    shutil.copyfile(AOT_RUNTIME_FILE, pkg / "_aot.py")
+    copy_runtime(pkg)
     (out / "tests" / "data").mkdir(parents=True)
     groups: dict[tuple[str, str], list[dict]] = {}
     for meta in metas:
@@ -112,7 +120,7 @@ def export(store: Store, metas: list[dict], out: Path, settings: Settings, name:
 
     def one(item):
         (source, op), group = item
-        entry = _export_op(store, settings, out, name, source, op, group, aot_mode, aot_arch)
+        entry = _export_op(store, settings, out, name, source, op, group, aot_mode, aot_arch, cases)
         done.append(entry)
         if progress:
             progress(len(done) - 1, len(groups), f"{source}/{op}")
@@ -124,29 +132,29 @@ def export(store: Store, metas: list[dict], out: Path, settings: Settings, name:
         entries = list(pool.map(one, sorted(groups.items())))
     for src in sorted({s for s, _ in groups}):
         (pkg / module_name(src) / "__init__.py").write_text(f'"""Kernels of source {src}."""\n')
-    index = {"exported_at": now(), "store": store.url, "run": run, "package": name, "ops": entries}
-    (pkg / "__init__.py").write_text(package_init(name, entries))
-    (out / "pyproject.toml").write_text(pyproject(name, run))
+    index = {"exported_at": now(), "store": store.url, "run": run, "package": name, "version": version,
+             "ops": entries}
+    (pkg / "__init__.py").write_text(package_init(name, entries, version))
+    (out / "pyproject.toml").write_text(pyproject(name, run, version, entries))
     (out / "README.md").write_text(readme(index))
     (out / "tests" / "conftest.py").write_text(CONFTEST)
     (out / "export.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
+    naming.record_version(store, name, version, run, [f"{e['source']}/{e['op']}" for e in entries])
     return index
 
 
 def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: str, op: str, metas: list[dict],
-               aot_mode: str, aot_arch: int | None) -> dict[str, Any]:
+               aot_mode: str, aot_arch: int | None, cases: int) -> dict[str, Any]:
     import torch
 
-    from farm.export.package_runtime import describe
-
     ref = _task_ref(settings, source, op)
-    truth, tolerance = _truth_and_tolerance(ref)
     pt_key = f"refs/{source}/{op}.pt"
     if not store.exists(pt_key):
         raise FarmError(f"{source}/{op}: no reference data {pt_key} in {store.url}; the tests need its seed set")
     pt_bytes = store.get_bytes(pt_key)
     pt_sha = hashlib.sha256(pt_bytes).hexdigest()
     data = torch.load(io.BytesIO(pt_bytes), weights_only=True)
+    info = task_info(ref, data)
     op_mod = module_name(op)
     folder = out / pkg / module_name(source) / op_mod
     folder.mkdir(parents=True)
@@ -162,8 +170,10 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
         best = store.get_bytes(f"{kernel_prefix(target, source, op)}/best.py")
         (folder / f"kernel_{target}.py").write_bytes(best)
         report = _report(store, meta)
+        device = _device_of(target)
         kernels[target] = {
-            "module": f"kernel_{target}", **_device_of(target), "verified_inputs": [describe(v) for v in data["inputs"]],
+            "module": f"kernel_{target}", **device, "verified_inputs": [describe(v) for v in data["inputs"]],
+            "envelope": envelope.check(ref, data, folder / f"kernel_{target}.py", device, cases),
             "ref_sha256": pt_sha, "ref_matches": (meta.get("verified") or {}).get("ref_sha256") in (None, pt_sha),
             "config": report.get("config", {}), "command": reproduce_command(meta, report),
             **{k: meta.get(k) for k in ("run", "candidate", "generator", "device_name", "time_ms", "speedup_vs_model",
@@ -171,24 +181,29 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
         }
         if target == "cuda" and aot_mode != "off":
             kernels[target]["aot"] = _export_aot(out, source, op, best, data_file, pt_bytes, aot_mode, aot_arch)
-    doc = {"source": source, "op": op, "truth": truth, "package_env": f"{pkg.upper()}_FORCE_FALLBACK",
+    text = ref.path.read_text(errors="replace")
+    doc = {"source": source, "op": op, "package_env": f"{pkg.upper()}_FORCE_FALLBACK",
            "shapes": data.get("shapes"), "seed": data.get("seed"), "ref_device": data.get("device_name"),
-           "task_sha256": hashlib.sha256(ref.path.read_bytes()).hexdigest(), "tolerance": tolerance,
+           "task_sha256": hashlib.sha256(ref.path.read_bytes()).hexdigest(), **info,
+           "inputs": [describe(v) for v in data["inputs"]], "mutated_inputs": list(data.get("mutated_inputs") or []),
+           "library_name": f"{module_name(source)}__{op_mod}".lstrip("_") or "op",
            "kernels": kernels, "data_file": data_name if data_file.exists() else None,
-           "doc": (ref.path.read_text(errors="replace").split('"""')[1].strip().splitlines() or [""])[0]
-           if ref.path.read_text(errors="replace").lstrip().startswith('"""') else ""}
+           "doc": (text.split('"""')[1].strip().splitlines() or [""])[0] if text.lstrip().startswith('"""') else ""}
     (folder / "op.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     fn = op_mod if not op_mod.startswith("_") else op_mod.lstrip("_") or op_mod
     cls = "".join(p.capitalize() for p in op_mod.split("_") if p) or "Op"
     if cls[0].isdigit():
         cls = "Op" + cls
     (folder / "__init__.py").write_text(op_init(pkg, source, op, fn, cls, doc))
-    (out / "tests" / f"test_{module_name(source)}__{op_mod}.py").write_text(op_tests(pkg, source, op, doc))
+    (out / "tests" / f"test_{module_name(source)}__{op_mod}.py").write_text(op_tests(pkg, source, op, doc, cls))
     docs = out / "docs" / source
     docs.mkdir(parents=True, exist_ok=True)
     (docs / f"{op}.md").write_text(op_doc(pkg, source, op, fn, cls, doc))
     return {"source": source, "op": op, "module": f"{pkg}.{module_name(source)}.{op_mod}", "function": fn,
-            "class": cls, "targets": sorted(kernels), "truth": truth,
+            "class": cls, "targets": sorted(kernels), "truth": info["truth"], "layers": info["layers"],
+            "backward": info["backward"],
+            "interpret": any(k["interpret"] for k in kernels.values()),
+            "envelope": {t: k["envelope"]["status"] for t, k in kernels.items()},
             "aot": {t: k["aot"]["status"] for t, k in kernels.items() if "aot" in k},
             "speedup_vs_model": {t: k["speedup_vs_model"] for t, k in kernels.items()}}
 
@@ -209,19 +224,42 @@ def _task_ref(settings: Settings, source: str, op: str) -> corpus.TaskRef:
     return ref
 
 
-def _truth_and_tolerance(ref: corpus.TaskRef) -> tuple[str | None, dict]:
-    """Which class is the fallback, and the tolerance per dtype the tests use (the farm's, with the task's overrides)."""
-    try:
-        task = corpus.load_task(ref)
-        truth = "Reference" if task.reference_cls is not None else "Model"
-        overrides = task.tolerance
-    except FarmError as exc:
-        if "must define class Reference" not in str(exc):
-            raise
-        truth, overrides = None, {}  # reference-data mode: the original Model is Triton; no PyTorch fallback
+def task_info(ref: corpus.TaskRef, data: dict) -> dict:
+    """What op.json needs from the task at the reference data's shape set: which class is the
+    fallback, tolerances, backward, the shape set's constants, the space, how the outputs are
+    structured, and which catalogue layers the op behaves as (package_layers.recognise)."""
+    task = corpus.load_task(ref, data.get("shapes") or "bench", reference=data.get("reference_class"))
+    truth_cls = task.reference_cls or (task.model_cls if task.mode == "model" else None)
     tolerance = {k: list(v) for k, v in DEFAULT_TOLERANCE.items()}
-    tolerance.update({k: list(v) for k, v in overrides.items()})
-    return truth, tolerance
+    tolerance.update({k: list(v) for k, v in task.tolerance.items()})
+    try:
+        space = task.space.as_dict()
+    except FarmError as exc:
+        space = {"dims": [], "origin": "none", "note": str(exc)}
+    layers = recognise(list(data["inputs"]), list(data.get("init_inputs") or []), list(data["outputs"]),
+                       {k: tuple(v) for k, v in tolerance.items()})
+    return {"truth": truth_cls.__name__ if truth_cls is not None else None, "tolerance": tolerance,
+            "backward": task.backward, "space": space, "layers": layers,
+            "shape_overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in task.shape_overrides.items()},
+            "outputs": _output_structure(truth_cls, data)}
+
+
+def _output_structure(truth_cls: type | None, data: dict) -> dict | None:
+    """Whether the truth returns one tensor or a sequence of tensors (the custom op's schema):
+    one forward on the meta device, nothing allocated."""
+    import torch
+
+    if truth_cls is None:
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            model = truth_cls(*data.get("init_inputs", [])).to("meta")
+            raw = model(*[v.to("meta") if isinstance(v, torch.Tensor) else v for v in data["inputs"]])
+    except Exception:  # noqa: BLE001 - the truth cannot run on meta: no custom op for it
+        return None
+    values = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    return {"single": not isinstance(raw, (list, tuple)), "tensors": all(isinstance(v, torch.Tensor) for v in values)}
 
 
 def _report(store: Store, meta: dict) -> dict:

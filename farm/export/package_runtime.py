@@ -6,24 +6,31 @@ The dispatch rule, the same for every op of the package. For each call, in this 
 
 1. the fallback is forced (environment variable KFARM_FORCE_FALLBACK=1 or <PACKAGE>_FORCE_FALLBACK=1,
    or `<package>.force_fallback(True)`): fallback;
-2. no kernel of the op was verified on the inputs' device type (cuda tensors: the cuda kernel;
+2. gradients are needed (grad mode on and an input or parameter requires grad) and the op has no
+   verified backward kernel: fallback (KFARM_GRAD=raise, or `<package>.on_grad("raise")`, raises
+   KernelGradError instead); the result is never cut from the autograd graph;
+3. no kernel of the op was verified on the inputs' device type (cuda tensors: the cuda kernel;
    npu tensors: the ascend kernel; cpu tensors: the cpu kernel), or this process cannot run it
    (no such device; the cpu kernel is Triton's interpreter and runs only when TRITON_INTERPRET=1
    was set before Triton was imported): fallback;
-3. the inputs are not what the kernel was verified on (by default the exact dtypes, shapes, scalar
-   values and constructor arguments of the stored seed set; KFARM_SHAPES=rank relaxes shapes to the
-   same rank and scalars to the same type): fallback;
-4. the kernel module cannot be imported: fallback, with a FallbackWarning naming the error (once);
-5. otherwise the kernel.
+4. the inputs are outside the kernel's verified envelope (the shapes of the task's shape space,
+   within its ranges, and the dtypes the kernel was checked at; where the export could not check
+   the space, the stored seed set's exact shapes) or the constructor arguments differ from the
+   verified ones: fallback (KFARM_SHAPES=rank accepts any shape of the same rank: unverified);
+5. the kernel module cannot be imported: fallback, with a FallbackWarning naming the error (once);
+6. otherwise the kernel.
 
-The fallback is the task's PyTorch Reference (or its Model, for tasks whose Model is PyTorch).
-Where there is none (a Triton task in reference-data mode), a call that would fall back raises
-NoFallbackError saying why the kernel could not run. Errors raised by a kernel while it runs are
-not caught: a fallback would hide them.
+Rules 2 and 4 warn once per op (FallbackWarning); every call is counted (`<package>.stats()`)
+and `explain(*inputs)` says which rule decided. The fallback is the task's PyTorch Reference
+(or its Model, for tasks whose Model is PyTorch). Where there is none (a Triton task in
+reference-data mode), a call that would fall back raises NoFallbackError saying why the kernel
+could not run. Errors raised by a kernel while it runs are not caught: a fallback would hide them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib
 import importlib.util
 import json
@@ -33,30 +40,95 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from farm.export.package_envelope import describe, outside, same_init
+
 FORCE_ENV = "KFARM_FORCE_FALLBACK"
 SHAPES_ENV = "KFARM_SHAPES"
+GRAD_ENV = "KFARM_GRAD"
 TRUE = ("1", "true", "yes", "on")
 
 _forced: bool | None = None
+_grad_mode: str | None = None
 _lock = threading.Lock()
+_stats: dict[str, dict] = {}
+_warned: set[tuple[str, str]] = set()
 
 
 class FallbackWarning(UserWarning):
-    """A kernel could not be used for a reason other than the dispatch rule (its import failed)."""
+    """A call fell back for a reason a user can act on (outside the envelope, gradients, import)."""
 
 
 class NoFallbackError(RuntimeError):
     """The kernel cannot run here and the op has no PyTorch fallback."""
 
 
+class KernelGradError(RuntimeError):
+    """Gradients were needed from an op with no verified backward kernel, and KFARM_GRAD=raise."""
+
+
 def force_fallback(on: bool | None = True) -> None:
     """Force the fallback for every op (True), forbid forcing it (False), or follow the environment (None)."""
     global _forced
     _forced = on
+
+
+@contextlib.contextmanager
+def fallback_only():
+    """The PyTorch fallback for every op inside the block (the reference a test compares with)."""
+    global _forced
+    prior = _forced
+    _forced = True
+    try:
+        yield
+    finally:
+        _forced = prior
+
+
+def on_grad(mode: str | None) -> None:
+    """What a forward-only op does when gradients are needed: "fallback" (default), "raise", or
+    None to follow KFARM_GRAD."""
+    global _grad_mode
+    if mode not in (None, "fallback", "raise"):
+        raise ValueError(f"on_grad({mode!r}): use 'fallback', 'raise' or None")
+    _grad_mode = mode
+
+
+def grad_mode() -> str:
+    if _grad_mode is not None:
+        return _grad_mode
+    value = os.environ.get(GRAD_ENV, "fallback").strip().lower() or "fallback"
+    if value not in ("fallback", "raise"):
+        raise ValueError(f"{GRAD_ENV}={value!r}: use 'fallback' (default) or 'raise'")
+    return value
+
+
+def stats() -> dict[str, dict]:
+    """Calls per op since import (or reset_stats): kernel, fallback, and fallbacks by rule."""
+    with _lock:
+        return copy.deepcopy(_stats)
+
+
+def stats_state() -> tuple[dict, bool | None]:
+    """What patch()'s probes leave untouched: the counters and the forced-fallback setting."""
+    with _lock:
+        return copy.deepcopy(_stats), _forced
+
+
+def restore_state(state: tuple[dict, bool | None]) -> None:
+    global _forced
+    with _lock:
+        _stats.clear()
+        _stats.update(state[0])
+    _forced = state[1]
+
+
+def reset_stats() -> None:
+    with _lock:
+        _stats.clear()
+        _warned.clear()
 
 
 def fallback_forced(package_env: str) -> str:
@@ -70,9 +142,11 @@ def fallback_forced(package_env: str) -> str:
 
 
 def shape_policy() -> str:
-    value = os.environ.get(SHAPES_ENV, "exact").strip().lower() or "exact"
-    if value not in ("exact", "rank"):
-        raise ValueError(f"{SHAPES_ENV}={value!r}: use 'exact' (default) or 'rank'")
+    value = os.environ.get(SHAPES_ENV, "envelope").strip().lower() or "envelope"
+    if value == "exact":
+        value = "envelope"  # the name of the old default
+    if value not in ("envelope", "rank"):
+        raise ValueError(f"{SHAPES_ENV}={value!r}: use 'envelope' (default) or 'rank'")
     return value
 
 
@@ -90,61 +164,6 @@ def device_ready(device_type: str, interpret: bool) -> str:
         return f"no {device_type} device"
 
 
-# ---------------------------------------------------------------- what was verified
-
-
-def describe(value: Any) -> dict:
-    """One forward argument as the dispatch rule compares it."""
-    if isinstance(value, torch.Tensor):
-        return {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
-    if isinstance(value, (list, tuple)):
-        return {"kind": "sequence", "items": [describe(v) for v in value]}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"kind": "scalar", "type": type(value).__name__, "value": value}
-    return {"kind": "other", "type": type(value).__name__}
-
-
-def mismatch(verified: dict, value: Any, policy: str, where: str) -> str:
-    """'' if `value` is inside what was verified, else a short reason."""
-    got = describe(value)
-    if got["kind"] != verified["kind"]:
-        return f"{where}: {got['kind']}, verified {verified['kind']}"
-    if got["kind"] == "tensor":
-        if got["dtype"] != verified["dtype"]:
-            return f"{where}: dtype {got['dtype']}, verified {verified['dtype']}"
-        same = got["shape"] == verified["shape"] if policy == "exact" else len(got["shape"]) == len(verified["shape"])
-        return "" if same else f"{where}: shape {got['shape']}, verified {verified['shape']}"
-    if got["kind"] == "sequence":
-        if len(got["items"]) != len(verified["items"]):
-            return f"{where}: {len(got['items'])} items, verified {len(verified['items'])}"
-        for i, (v, item) in enumerate(zip(verified["items"], value)):
-            why = mismatch(v, item, policy, f"{where}[{i}]")
-            if why:
-                return why
-        return ""
-    if got["type"] != verified["type"]:
-        return f"{where}: {got['type']}, verified {verified['type']}"
-    if got["kind"] == "scalar" and policy == "exact" and got["value"] != verified["value"]:
-        return f"{where}: {got['value']!r}, verified {verified['value']!r}"
-    return ""
-
-
-def same_init(a: list, b: list) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
-                    and x.shape == y.shape and torch.equal(x.cpu(), y.cpu())):
-                return False
-        elif isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
-            if not same_init(list(x), list(y)):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
 # ---------------------------------------------------------------- the op
 
 
@@ -154,13 +173,15 @@ class Decision:
     target: str | None
     reason: str
     name: str  # backend name: triton-cuda, pytorch-reference, ...
+    rule: str = "kernel"  # forced, grad, device, envelope, init, import, kernel
 
     def as_dict(self) -> dict:
-        return {"backend": self.backend, "target": self.target, "reason": self.reason, "name": self.name}
+        return {"backend": self.backend, "target": self.target, "reason": self.reason, "name": self.name,
+                "rule": self.rule}
 
 
 class Op:
-    """One exported op: its kernels (one per target), its fallback and what each kernel was verified on."""
+    """One exported op: its kernels (one per target), its fallback and each kernel's envelope."""
 
     def __init__(self, folder: str | Path, module: str):
         self.folder = Path(folder)
@@ -168,15 +189,17 @@ class Op:
         self.meta = json.loads((self.folder / "op.json").read_text())
         self.name = self.meta["op"]
         self.source = self.meta["source"]
+        self.key = f"{self.source}/{self.name}"
         self.targets: list[str] = sorted(self.meta["kernels"])
         self.truth = self.meta["truth"]  # "Reference", "Model" or None
         self.package_env = self.meta["package_env"]
+        self.backward = bool(self.meta.get("backward"))
         self._kernel_classes: dict[str, type | None] = {}
         self.kernel_errors: dict[str, str] = {}
         self._task = None
         self._default = None
+        self._init = None
 
-    # -- pieces, imported on first use
     @property
     def has_fallback(self) -> bool:
         return self.truth is not None
@@ -186,7 +209,12 @@ class Op:
         return {k: tuple(v) for k, v in self.meta["tolerance"].items()}
 
     def init_inputs(self) -> list:
-        return list(torch.load(self.folder / "init.pt", weights_only=True)["init_inputs"])
+        if self._init is None:
+            self._init = list(torch.load(self.folder / "init.pt", weights_only=True)["init_inputs"])
+        return list(self._init)
+
+    def envelope(self, target: str) -> dict:
+        return self.meta["kernels"][target]["envelope"]
 
     def task_module(self):
         """The task file as copied (Reference, Model, get_inputs, get_init_inputs)."""
@@ -204,13 +232,13 @@ class Op:
                 try:
                     mod = importlib.import_module(f"{self.module}.{self.meta['kernels'][target]['module']}")
                     self._kernel_classes[target] = mod.ModelNew
-                except BaseException as exc:  # noqa: BLE001 - any failure to import means: use the fallback
+                except BaseException as exc:
                     if isinstance(exc, KeyboardInterrupt):
                         raise
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0]
                     self.kernel_errors[target] = why
                     self._kernel_classes[target] = None
-                    warnings.warn(f"{self.source}/{self.name}: the {target} kernel failed to import ({why}); "
+                    warnings.warn(f"{self.key}: the {target} kernel failed to import ({why}); "
                                   f"using the {self.fallback_name()} instead", FallbackWarning, stacklevel=4)
             return self._kernel_classes[target]
 
@@ -227,49 +255,56 @@ class Op:
         return {"Reference": "pytorch-reference", "Model": "pytorch-model"}.get(self.truth or "", "no fallback")
 
     # -- the rule
-    def decide(self, inputs: tuple, init_inputs: list | None = None) -> Decision:
+    def decide(self, inputs: tuple, init_inputs: list | None = None, needs_grad: bool = False) -> Decision:
         forced = fallback_forced(self.package_env)
         if forced:
-            return self._fallback(f"fallback forced ({forced})")
+            return self._fallback(f"fallback forced ({forced})", "forced")
+        if needs_grad and not self.backward:
+            return self._fallback("gradients are needed and the op has no verified backward kernel", "grad")
         devices = {v.device.type for v in _tensors(inputs)}
         if len(devices) > 1:
-            return self._fallback(f"inputs on several devices ({', '.join(sorted(devices))})")
+            return self._fallback(f"inputs on several devices ({', '.join(sorted(devices))})", "device")
         device = devices.pop() if devices else "cpu"
         target = next((t for t in self.targets if self.device_type(t) == device), None)
         if target is None:
             have = ", ".join(f"{t} ({self.device_type(t)})" for t in self.targets) or "none"
-            return self._fallback(f"no kernel verified for {device} tensors (kernels: {have})")
+            return self._fallback(f"no kernel verified for {device} tensors (kernels: {have})", "device")
         not_ready = self.ready(target)
         if not_ready:
-            return self._fallback(not_ready)
-        why = self._outside(target, inputs, init_inputs)
+            return self._fallback(not_ready, "device")
+        policy = shape_policy()
+        why = outside(self.envelope(target), inputs, loose=policy == "rank")
         if why:
-            return self._fallback(f"not verified for these inputs ({why})")
+            return self._fallback(f"outside the verified envelope ({why})", "envelope")
+        if policy != "rank" and init_inputs is not None and not same_init(list(init_inputs), self.init_inputs()):
+            return self._fallback("constructor arguments differ from the verified ones", "init")
         if self.kernel_class(target) is None:
-            return self._fallback(f"the {target} kernel failed to import ({self.kernel_errors[target]})")
+            return self._fallback(f"the {target} kernel failed to import ({self.kernel_errors[target]})", "import")
         name = "triton-interpreter" if self.meta["kernels"][target].get("interpret") else f"triton-{target}"
         return Decision("kernel", target, f"verified on {self.meta['kernels'][target].get('device_name') or target}",
                         name)
 
-    def _outside(self, target: str, inputs: tuple, init_inputs: list | None) -> str:
-        policy = shape_policy()
-        verified = self.meta["kernels"][target]["verified_inputs"]
-        if len(inputs) != len(verified):
-            return f"{len(inputs)} arguments, verified {len(verified)}"
-        for i, (v, value) in enumerate(zip(verified, inputs)):
-            why = mismatch(v, value, policy, f"input {i}")
-            if why:
-                return why
-        if policy == "exact" and init_inputs is not None and not same_init(list(init_inputs), self.init_inputs()):
-            return "constructor arguments differ from the verified ones"
-        return ""
+    def _fallback(self, reason: str, rule: str) -> Decision:
+        return Decision("fallback", None, reason, self.fallback_name(), rule)
 
-    def _fallback(self, reason: str) -> Decision:
-        return Decision("fallback", None, reason, self.fallback_name())
+    def record(self, decision: Decision) -> None:
+        """Count the call; warn once per op and rule where the user can act on it."""
+        with _lock:
+            entry = _stats.setdefault(self.key, {"kernel": 0, "fallback": 0, "by_rule": {}, "last_fallback": None})
+            entry[decision.backend] += 1
+            if decision.backend == "fallback":
+                entry["by_rule"][decision.rule] = entry["by_rule"].get(decision.rule, 0) + 1
+                entry["last_fallback"] = decision.reason
+            warn = decision.rule in ("envelope", "grad", "init") and (self.key, decision.rule) not in _warned
+            if warn:
+                _warned.add((self.key, decision.rule))
+        if warn:
+            warnings.warn(f"{self.key}: {decision.reason}; using the {self.fallback_name()} (this warning shows once "
+                          "per op; stats() counts every call)", FallbackWarning, stacklevel=5)
 
     def explain(self, *inputs, init_inputs: list | None = None) -> dict:
-        """What a call with these inputs would run, and why."""
-        return self.decide(inputs, init_inputs).as_dict()
+        """What a call with these inputs would run, and why (gradients as the inputs ask)."""
+        return self.decide(inputs, init_inputs, _needs_grad(inputs, ())).as_dict()
 
     # -- calls
     def __call__(self, *inputs):
@@ -281,24 +316,47 @@ class Op:
         """The kernel alone, rule bypassed (tests compare it with the truth on fresh inputs)."""
         cls = self.kernel_class(target)
         if cls is None:
-            raise RuntimeError(f"{self.source}/{self.name}: the {target} kernel does not import: {self.kernel_errors[target]}")
-        model = _build(cls, self.init_inputs() if init_inputs is None else init_inputs)
+            raise RuntimeError(f"{self.key}: the {target} kernel does not import: {self.kernel_errors[target]}")
+        model = build(cls, self.init_inputs() if init_inputs is None else init_inputs)
         return model.to(_device_of(inputs))(*inputs)
 
     def run_truth(self, *inputs, init_inputs: list | None = None):
         cls = self.truth_class()
         if cls is None:
-            raise NoFallbackError(f"{self.source}/{self.name} has no PyTorch fallback")
-        model = _build(cls, self.init_inputs() if init_inputs is None else init_inputs)
+            raise NoFallbackError(f"{self.key} has no PyTorch fallback")
+        model = build(cls, self.init_inputs() if init_inputs is None else init_inputs)
         return model.to(_device_of(inputs))(*inputs)
 
-    def fresh_inputs(self, seed: int, device: str = "cpu") -> list:
-        """New inputs from the task's get_inputs() under the verified shape set (`seed` seeds torch)."""
-        task = _fresh_task_module(self.folder / "task.py", self.meta.get("shapes"))
+    def fresh_inputs(self, seed: int, device: str = "cpu", values: dict | None = None, dtype: str | None = None) -> list:
+        """New inputs from the task's get_inputs() at the verified shape set, or at a case of its
+        space (`values` of its dimensions, `dtype`); `seed` seeds torch."""
+        task = _fresh_task_module(self.folder / "task.py", self.meta.get("shape_overrides") or {})
+        space = self.meta.get("space") or {}
+        if any(d["name"].startswith("get_inputs.") for d in space.get("dims", [])):
+            from farm.corpus.case_locals import expose_locals
+
+            path = self.folder / "task.py"
+            expose_locals(task, path.read_text(), str(path))
+        kwargs = {}
+        for dim in space.get("dims", []):
+            if values and dim["name"] in values:
+                if dim.get("keyword"):
+                    kwargs[dim["name"]] = values[dim["name"]]
+                else:
+                    _set_value(task, dim["name"], values[dim["name"]])
+        if dtype and space.get("dtype_name"):
+            if space.get("dtype_keyword"):
+                kwargs[space["dtype_name"]] = getattr(torch, dtype)
+            else:
+                setattr(task, space["dtype_name"], getattr(torch, dtype))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            values = list(task.get_inputs())
-        return _to(values, device)
+            values_ = list(task.get_inputs(**kwargs))
+        return _to(values_, device)
+
+
+def _needs_grad(inputs, params) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in list(_tensors(inputs)) + list(params))
 
 
 class OpModule(torch.nn.Module):
@@ -316,25 +374,64 @@ class OpModule(torch.nn.Module):
         self._op = op
         self._init_inputs = init_inputs
         cls = op.truth_class()
-        self.fallback = _build(cls, init_inputs) if cls is not None else None
+        self.fallback = build(cls, init_inputs) if cls is not None else None
         self._kernels: dict[tuple[str, str], torch.nn.Module] = {}
+        self._library = None
+
+    def kernel_module(self, target: str, device) -> torch.nn.Module:
+        key = (target, str(device))
+        if key not in self._kernels:
+            self._kernels[key] = build(self._op.kernel_class(target), self._init_inputs).to(device)
+        return self._kernels[key]
 
     def forward(self, *inputs):
+        params = list(self.fallback.parameters()) if self.fallback is not None else []
+        needs_grad = _needs_grad(inputs, params)
+        if needs_grad and not self._op.backward and not fallback_forced(self._op.package_env):
+            decision = self._op._fallback("gradients are needed and the op has no verified backward kernel", "grad")
+            if grad_mode() == "raise":
+                raise KernelGradError(f"{self._op.key}: {decision.reason} ({GRAD_ENV}=raise); call it under "
+                                      "torch.no_grad(), or let it fall back (KFARM_GRAD=fallback)")
+            if not torch.compiler.is_compiling():
+                self._op.record(decision)
+            return self.run_fallback(decision, inputs)
+        library = self.library_op()
+        if library is not None:
+            return library(*inputs)
+        # the fallback's parameters are the module's: a kernel uses them too, so training updates one set
+        return self.run(inputs, dict(self.fallback.named_parameters()) if self.fallback is not None else None)
+
+    def library_op(self):
+        """This op as a torch.library custom op, or None where it cannot be one (_library.py)."""
+        if self._library is None:
+            from farm.export.package_library import custom_op
+
+            self._library = custom_op(self, OpModule) or False
+        return self._library or None
+
+    def run(self, inputs: tuple, params: dict | None = None):
+        """The rule, then the kernel or the fallback (eager; the custom op calls this too)."""
         decision = self._op.decide(inputs, self._init_inputs)
-        device = _device_of(inputs)
+        self._op.record(decision)
         if decision.backend == "kernel":
-            key = (decision.target, str(device))
-            if key not in self._kernels:
-                self._kernels[key] = _build(self._op.kernel_class(decision.target), self._init_inputs).to(device)
-            return self._kernels[key](*inputs)
+            module = self.kernel_module(decision.target, _device_of(inputs))
+            return _call(module, inputs, params)
+        return self.run_fallback(decision, inputs, params)
+
+    def run_fallback(self, decision: Decision, inputs: tuple, params: dict | None = None):
         if self.fallback is None:
-            raise NoFallbackError(f"{self._op.source}/{self._op.name}: the kernel cannot run here ({decision.reason}) "
-                                  "and the op has no PyTorch fallback (its task has no Reference and its Model "
-                                  "launches Triton kernels)")
-        return self.fallback.to(device)(*inputs)
+            raise NoFallbackError(f"{self._op.key}: the kernel cannot run here ({decision.reason}) and the op has no "
+                                  "PyTorch fallback (its task has no Reference and its Model launches Triton kernels)")
+        return _call(self.fallback.to(_device_of(inputs)), inputs, params)
 
 
-def _build(cls: type, init_inputs: list) -> torch.nn.Module:
+def _call(module: torch.nn.Module, inputs: tuple, params: dict | None):
+    if not params:
+        return module(*inputs)
+    return torch.func.functional_call(module, params, tuple(inputs), strict=False)
+
+
+def build(cls: type, init_inputs: list) -> torch.nn.Module:
     # The farm builds every model under seed 0, so kernel and fallback get the same parameters.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -361,11 +458,25 @@ def _to(values, device):
     return values
 
 
+def _set_value(module, name: str, value: int) -> None:
+    """A space dimension: a module constant, one element of a tuple constant (`SHAPE[0]`), or a
+    literal inside get_inputs (`get_inputs.batch_size`, read through __farm_case__)."""
+    if name.startswith("get_inputs."):
+        module.__dict__.setdefault("__farm_case__", {})[name] = value
+    elif name.endswith("]") and "[" in name:
+        root, index = name[:-1].split("[")
+        items = list(getattr(module, root))
+        items[int(index)] = value
+        setattr(module, root, tuple(items))
+    else:
+        setattr(module, name, value)
+
+
 _fresh_count = 0
 
 
-def _fresh_task_module(path: Path, shapes: str | None):
-    """A private copy of the task module, with SMALL_SHAPES applied where the kernel was verified on them."""
+def _fresh_task_module(path: Path, overrides: dict):
+    """A private copy of the task module at the verified shape set (the constants the farm set)."""
     global _fresh_count
     _fresh_count += 1
     name = f"_kfarm_task_{_fresh_count}"
@@ -373,64 +484,11 @@ def _fresh_task_module(path: Path, shapes: str | None):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and triton.jit look their module up
     spec.loader.exec_module(module)
-    if shapes == "small":
-        for key, value in (getattr(module, "SMALL_SHAPES", None) or {}).items():
-            setattr(module, key, value)
+    for key, value in overrides.items():
+        setattr(module, key, tuple(value) if isinstance(value, list) else value)
     return module
 
 
-# ---------------------------------------------------------------- checking outputs
-
-
-def load_case(path: str | Path, device: str = "cpu") -> dict:
-    """A stored seed set (the farm's .pt): inputs on `device`, expected outputs on the CPU."""
-    data = torch.load(path, weights_only=True)
-    return {"inputs": _to(list(data["inputs"]), device), "outputs": list(data["outputs"]),
-            "init_inputs": list(data.get("init_inputs", [])), "seed": data.get("seed")}
-
-
-def as_list(value) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def check_outputs(actual, expected, tolerance: dict) -> None:
-    """Assert the farm's tolerance policy: same structure, dtype and shape; floats within
-    atol + rtol*|expected| with equal NaN/Inf positions; integers and bools exact."""
-    actual, expected = as_list(actual), as_list(expected)
-    assert len(actual) == len(expected), f"{len(actual)} outputs, expected {len(expected)}"
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        _check_one(str(i), a, e, tolerance)
-
-
-def _check_one(where: str, a, e, tolerance: dict) -> None:
-    if isinstance(e, (list, tuple)):
-        assert isinstance(a, (list, tuple)) and len(a) == len(e), f"output {where}: expected {len(e)} items"
-        for j, (x, y) in enumerate(zip(a, e)):
-            _check_one(f"{where}.{j}", x, y, tolerance)
-        return
-    if not isinstance(e, torch.Tensor):
-        if isinstance(e, float) and isinstance(a, (int, float)):
-            assert abs(a - e) <= 1e-6 * max(abs(e), 1e-12) or a == e, f"output {where}: {a!r} != {e!r}"
-        else:
-            assert a == e, f"output {where}: {a!r} != {e!r}"
-        return
-    assert isinstance(a, torch.Tensor), f"output {where}: expected a tensor, got {type(a).__name__}"
-    assert a.dtype == e.dtype, f"output {where}: dtype {a.dtype}, expected {e.dtype}"
-    assert a.shape == e.shape, f"output {where}: shape {list(a.shape)}, expected {list(e.shape)}"
-    a, e = a.detach().cpu(), e.detach().cpu()
-    if not e.is_floating_point():
-        bad = int((a != e).sum())
-        assert bad == 0, f"output {where}: {bad} of {e.numel()} elements differ (exact dtype {e.dtype})"
-        return
-    atol, rtol = tolerance.get(str(e.dtype).removeprefix("torch."), tolerance.get("float32", (1e-5, 1e-4)))
-    a64, e64 = a.double(), e.double()
-    assert torch.equal(torch.isnan(a64), torch.isnan(e64)), f"output {where}: NaN positions differ"
-    inf = torch.isinf(e64)
-    assert torch.equal(torch.isinf(a64), inf) and torch.equal(a64[inf], e64[inf]), f"output {where}: Inf differs"
-    finite = torch.isfinite(e64)
-    err = (a64[finite] - e64[finite]).abs()
-    bound = atol + rtol * e64[finite].abs()
-    bad = int((err > bound).sum())
-    worst = float(err.max()) if err.numel() else 0.0
-    assert bad == 0, (f"output {where}: {bad} of {int(finite.sum())} elements outside atol={atol} rtol={rtol} "
-                      f"(max abs error {worst:.3g})")
+__all__ = ["FORCE_ENV", "GRAD_ENV", "SHAPES_ENV", "Decision", "FallbackWarning", "KernelGradError",
+           "NoFallbackError", "Op", "OpModule", "build", "describe", "fallback_only", "force_fallback", "on_grad", "reset_stats",
+           "stats"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOOD_TASK, REPO, write_task
+from tests.export.swiglu_task import SWIGLU_TASK
 
 PKG = "kf_test"
 FAST_TASK = GOOD_TASK.replace('N = 1000\nSMALL_SHAPES = {"N": 37}', 'N = 1000\nSMALL_SHAPES = {"N": 300}')
@@ -29,9 +30,11 @@ def _env(extra: dict | None = None, interpret: bool = True) -> dict:
 
 @pytest.fixture(scope="module")
 def farm_run(tmp_path_factory):
-    """A real `farm run` on the CPU over one small Triton task: the store export reads."""
+    """A real `farm run` on the CPU over two small Triton tasks (scale2: forward only, a derived
+    shape space; swiglu: a training op with a declared space over tokens and two dtypes)."""
     root = tmp_path_factory.mktemp("export")
     write_task(root / "tasks" / "mini", "scale2", FAST_TASK)
+    write_task(root / "tasks" / "mini", "swiglu", SWIGLU_TASK)
     (root / "farm.yaml").write_text(f"corpus:\n  tasks_dir: {root / 'tasks'}\n")
     env = _env({"FARM_CONFIG": str(root / "farm.yaml"), "FARM_STORE": f"file://{root / 'store'}",
                 "HOME": str(root / "home")})
@@ -39,7 +42,8 @@ def farm_run(tmp_path_factory):
                           "--generators", "tune", "--run", "r1"], env=env, cwd=root, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert (root / "store" / "kernels" / "cpu" / "mini" / "scale2" / "best.py").exists()
+    for op in ("scale2", "swiglu"):
+        assert (root / "store" / "kernels" / "cpu" / "mini" / op / "best.py").exists(), op
     return root, env
 
 
@@ -55,7 +59,8 @@ def installed(farm_run):
     # --without-pip: the venv's own old setuptools would shadow the system one (no bdist_wheel there)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", str(out)],
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation",
+                          str(out)],
                          cwd=root, capture_output=True, text=True, timeout=600, env=_env())
     assert pip.returncode == 0, pip.stdout + pip.stderr
     return root, out, py, json.loads(exp.stdout)
@@ -68,16 +73,32 @@ def _python(py: Path, code: str, cwd: Path, **env) -> subprocess.CompletedProces
 
 def test_export_writes_the_package(installed):
     root, out, py, index = installed
-    assert index["package"] == PKG and [e["op"] for e in index["ops"]] == ["scale2"]
+    assert index["package"] == PKG and [e["op"] for e in index["ops"]] == ["scale2", "swiglu"]
+    assert index["version"] == "0.1.1"
     op_dir = out / PKG / "mini" / "scale2"
     for name in ("__init__.py", "task.py", "kernel_cpu.py", "op.json", "init.pt"):
         assert (op_dir / name).exists(), name
+    for name in ("_runtime", "_envelope", "_library", "_layers", "_checks", "_aot", "_locals"):
+        assert "from farm" not in (out / PKG / f"{name}.py").read_text(), name  # the package needs no farm
+    pyproject = (out / "pyproject.toml").read_text()
+    assert 'version = "0.1.1"' in pyproject and '"numpy"' in pyproject
+    assert "'triton; sys_platform == \"linux\" and (platform_machine" in pyproject
     assert (op_dir / "task.py").read_text() == (root / "tasks" / "mini" / "scale2.py").read_text()
     meta = json.loads((op_dir / "op.json").read_text())
     assert meta["truth"] == "Reference" and meta["kernels"]["cpu"]["interpret"] is True
     assert meta["kernels"]["cpu"]["verified_inputs"] == [{"kind": "tensor", "dtype": "float32", "shape": [300]}]
+    env = meta["kernels"]["cpu"]["envelope"]
+    assert env["status"] == "checked" and env["space"]["dims"][0]["name"] == "N", env["reason"]
+    assert env["signatures"] == [{"dtype": None, "inputs": [
+        {"kind": "tensor", "dtype": "float32", "shape": [{"dim": "N", "a": 1, "b": 0}]}]}]
+    assert {c["label"] for c in env["cases"]} >= {"bench", "low", "prime", "pow2+1"}  # high is the bench N
+    swiglu = json.loads((out / PKG / "mini" / "swiglu" / "op.json").read_text())
+    assert swiglu["backward"] and swiglu["layers"][0]["kind"] == "swiglu"
+    sw_env = swiglu["kernels"]["cpu"]["envelope"]
+    assert sw_env["status"] == "checked" and {s["dtype"] for s in sw_env["signatures"]} == {"float32", "float16"}
     doc = (out / "docs" / "mini" / "scale2.md").read_text()
-    for needle in ("## Verification", "## Timing", "## Reproduce", "## Not run on hardware",
+    for needle in ("## Verification", "## Timing", "## Reproduce", "## Not run on hardware", "## Verified envelope",
+                   "| cpu | low | N=1 | - |",
                    "farm search --source mini --op scale2 --target cpu --run r1 --max-tasks 1 --generators tune",
                    "no kernel: never run on this device", "float32 | 1e-05 | 0.0001"):
         assert needle in doc, needle
@@ -90,13 +111,18 @@ def test_export_writes_the_package(installed):
 def test_generated_tests_pass_in_the_venv(installed, interpret):
     """With TRITON_INTERPRET=1 the cpu kernel's tests run; without it only the fallback's do."""
     root, out, py, _ = installed
-    run = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(out / "tests")],
+    run = subprocess.run([str(py), "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rs", str(out / "tests")],
                          cwd=root, capture_output=True, text=True, timeout=600, env=_env(interpret=interpret))
     assert run.returncode == 0, run.stdout + run.stderr
     summary = run.stdout.strip().splitlines()[-1]
     assert "failed" not in summary and "passed" in summary
     skipped_kernel_tests = "set TRITON_INTERPRET=1" in run.stdout
     assert skipped_kernel_tests != interpret, run.stdout
+    if interpret:  # 20 shapes of the space per op, each dtype, no fallback; swiglu's gradients; torch.compile
+        for op in ("scale2", "swiglu"):
+            assert f"test_mini__{op}.py::test_kernel_over_the_space[cpu] PASSED" in run.stdout, run.stdout
+            assert f"test_mini__{op}.py::test_outside_the_envelope_falls_back_and_is_counted[cpu] PASSED" in run.stdout
+            assert f"test_mini__{op}.py::test_torch_compile_traces_the_op PASSED" in run.stdout
 
 
 def test_a_broken_kernel_file_falls_back_with_a_warning(installed, tmp_path):
@@ -158,9 +184,11 @@ def test_rule_outside_verified_inputs_and_no_fallback(installed, monkeypatch):
     folder = copy / PKG / "mini" / "scale2"
     op = Op(folder, f"{PKG}.mini.scale2")
     assert op.explain(torch.randn(300))["backend"] == "kernel"
+    assert op.explain(torch.randn(1))["backend"] == op.explain(torch.randn(173))["backend"] == "kernel"  # the space
     other = op.explain(torch.randn(301))
-    assert other["backend"] == "fallback" and "shape [301], verified [300]" in other["reason"]
-    assert "dtype float64" in op.explain(torch.randn(300, dtype=torch.float64))["reason"]
+    assert other["backend"] == "fallback" and "N = 301, outside the verified 1..300" in other["reason"]
+    assert "dtype float64, verified float32" in op.explain(torch.randn(300, dtype=torch.float64))["reason"]
+    assert "2 dimensions" in op.explain(torch.randn(3, 100))["reason"]
     monkeypatch.setenv("KFARM_SHAPES", "rank")
     assert op.explain(torch.randn(301))["backend"] == "kernel"
     monkeypatch.delenv("KFARM_SHAPES")
@@ -168,11 +196,122 @@ def test_rule_outside_verified_inputs_and_no_fallback(installed, monkeypatch):
     (folder / "op.json").write_text(json.dumps({**meta, "truth": None}))
     try:
         bare = Op(folder, f"{PKG}.mini.scale2")
-        with pytest.raises(NoFallbackError, match="cannot run here .*shape \\[301\\].*no PyTorch fallback"):
+        with pytest.raises(NoFallbackError, match="cannot run here .*N = 301.*no PyTorch fallback"):
             OpModule(bare, [])(torch.randn(301))
         assert torch.equal(OpModule(bare, [])(torch.ones(300)), torch.full((300,), 2.0))
     finally:
         (folder / "op.json").write_text(json.dumps(meta))
+
+
+LLAMA = f"""import warnings, torch, torch.nn as nn
+import {PKG}
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden=16, inter=40):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.mlp = LlamaMLP()
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+torch.manual_seed(0)
+model, ref = Block(), Block()
+ref.load_state_dict(model.state_dict())
+report = {PKG}.patch(model)                           # the two lines a team writes
+print(report)
+seen = {{}}
+for tokens in (1, 7, 13):                             # [2, tokens, 16]: 2..26 rows, inside 1..48
+    x = torch.randn(2, tokens, 16)
+    y, y0 = model(x), ref(x)
+    (y * y).sum().backward(); (y0 * y0).sum().backward()
+    seen[tokens] = [float((y - y0).abs().max()),
+                    float((model.mlp.gate_proj.weight.grad - ref.mlp.gate_proj.weight.grad).abs().max())]
+    model.zero_grad(); ref.zero_grad()
+print("kernel", {PKG}.stats()["mini/swiglu"])
+{PKG}.reset_stats()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        model(torch.randn(5, 11, 16))                 # 55 rows: past the space
+print("outside", {PKG}.stats()["mini/swiglu"]["by_rule"], len([w for w in caught if "envelope" in str(w.message)]))
+{PKG}.reset_stats()
+compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+x = torch.randn(2, 3, 16, requires_grad=True)
+out = compiled(x)
+out.sum().backward()
+print("compiled", float((out - ref(x)).abs().max()), x.grad is not None, {PKG}.stats()["mini/swiglu"]["kernel"])
+print("errors", seen)
+"""
+
+
+def test_patch_a_llama_mlp_in_the_venv(installed):
+    """Two lines swap the MLP for the SwiGLU kernel; the kernel runs at 3-D shapes inside the space, forward
+    and backward equal to the unpatched model; outside the space it falls back, counted, warned once; a
+    torch.compile(fullgraph=True) of the patched model runs (aot_eager: traced through the custom op)."""
+    root, _, py, _ = installed
+    res = _python(py, LLAMA, root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = {line.split(" ", 1)[0]: line for line in res.stdout.splitlines()}
+    assert "mlp: LlamaMLP -> SwiGLUMLP (mini/swiglu)" in res.stdout and "swapped 1 module" in res.stdout
+    assert "'kernel': 3, 'fallback': 0" in lines["kernel"]
+    assert lines["outside"] == "outside {'envelope': 2} 1"
+    compiled = lines["compiled"].split()
+    assert float(compiled[1]) < 1e-5 and compiled[2:] == ["True", "1"]
+    errors = eval(lines["errors"].split(" ", 1)[1])  # noqa: S307 - our own script's output
+    assert all(fwd < 1e-5 and grad < 1e-4 for fwd, grad in errors.values()), errors
+
+
+def test_a_forward_only_op_under_autograd_falls_back_or_raises(installed):
+    """scale2 has no backward kernel: asked for gradients it falls back (the result stays in the graph),
+    or raises with KFARM_GRAD=raise; under no_grad the kernel runs."""
+    root, _, py, _ = installed
+    code = f"""import torch, {PKG}
+from {PKG}.mini.scale2 import scale2, op
+x = torch.randn(300, requires_grad=True)
+print(op.explain(x)["rule"])
+y = scale2(x)
+y.sum().backward()
+print(y.grad_fn is not None, float(x.grad.sum()), {PKG}.stats()["mini/scale2"]["by_rule"])
+with torch.no_grad():
+    print(op.explain(x)["backend"], scale2(x).grad_fn)
+{PKG}.on_grad("raise")
+try:
+    scale2(x)
+except {PKG}.KernelGradError as exc:
+    print("raised", "KFARM_GRAD=raise" in str(exc))
+"""
+    res = _python(py, code, root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split("\n")[:4] == ["grad", "True 600.0 {'grad': 1}", "kernel None", "raised True"]
+
+
+def test_every_export_of_a_name_has_a_higher_version(farm_run, tmp_path):
+    root, env = farm_run
+    versions = []
+    for out in (tmp_path / "a", tmp_path / "b", tmp_path / "a"):
+        res = subprocess.run([sys.executable, "-m", "farm", "export", "--run", "r1", "--op", "scale2", "--out", str(out),
+                              "--cases", "0", "--aot", "off", "--json"], env=env, cwd=root, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        index = json.loads(res.stdout)
+        versions.append((index["package"], index["version"]))
+        assert f'version = "{index["version"]}"' in (out / "pyproject.toml").read_text()
+    # the default import name is stable (not the run's); PKG's own exports are counted apart
+    assert versions == [("kfarm_kernels", "0.1.1"), ("kfarm_kernels", "0.1.2"), ("kfarm_kernels", "0.1.3")]
+    meta = json.loads((tmp_path / "a" / "kfarm_kernels" / "mini" / "scale2" / "op.json").read_text())
+    assert meta["kernels"]["cpu"]["envelope"]["status"] == "exact"  # --cases 0: the stored seed set only
 
 
 def test_export_errors_are_one_line(farm_run, cli, monkeypatch):
@@ -180,6 +319,10 @@ def test_export_errors_are_one_line(farm_run, cli, monkeypatch):
     monkeypatch.setenv("FARM_CONFIG", env["FARM_CONFIG"])
     store = env["FARM_STORE"]
     cases = [(["--run", "r1", "--name", "Bad-Name"], "--name 'Bad-Name'"),
+             (["--run", "r1", "--name", "json"], "--name 'json': that is a module of Python's standard library"),
+             (["--run", "r1", "--name", "torch"], "--name 'torch': an installed module has that name"),
+             (["--run", "r1", "--name", "pytest"], "--name 'pytest': an installed module has that name"),
+             (["--run", "r1", "--cases", "-1"], "--cases"),
              (["--run", "nope"], "no run 'nope'"),
              (["--run", "r1", "--latest"], "not both"),
              (["--run", "r1", "--target", "cuda"], "no promoted kernels"),
