@@ -80,9 +80,7 @@ class S3Settings:
         default=None,
         metadata=_meta("S3-compatible endpoint (MinIO, Ceph RGW, ...)", env="AWS_ENDPOINT_URL"),
     )
-    region: str | None = field(
-        default=None, metadata=_meta("S3 region", env="AWS_DEFAULT_REGION")
-    )
+    region: str | None = field(default=None, metadata=_meta("S3 region", env="AWS_DEFAULT_REGION"))
     access_key_id: str | None = field(
         default=None, metadata=_meta("access key", env="AWS_ACCESS_KEY_ID", secret=True)
     )
@@ -93,9 +91,7 @@ class S3Settings:
         default="path", metadata=_meta("'path' (S3-compatible servers) or 'virtual' (AWS)")
     )
     max_attempts: int = field(default=8, metadata=_meta("attempts per request (standard retry mode)"))
-    multipart_threshold_mb: int = field(
-        default=64, metadata=_meta("objects larger than this are sent in parts")
-    )
+    multipart_threshold_mb: int = field(default=64, metadata=_meta("objects larger than this are sent in parts"))
     multipart_chunksize_mb: int = field(default=64, metadata=_meta("size of one part"))
     connect_timeout_s: float = field(default=10.0, metadata=_meta("connection timeout"))
     read_timeout_s: float = field(default=60.0, metadata=_meta("read timeout"))
@@ -107,13 +103,15 @@ class ReferenceSettings:
     timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process"))
     seed_sets: int = field(default=4, metadata=_meta(
         "secret seed sets recorded per reference-data-mode op (verification and timing rotate through them)"))
+    cases: int = field(default=6, metadata=_meta("cases of the task's shape space recorded beside each .pt"))
     jobs: int = field(default=1, metadata=_meta(
         "ops whose reference data is made at once on one device; 0: 1 on cpu, else a quarter of the cores, at most 4"))
 
     def __post_init__(self) -> None:
         _positive("reference.timeout_s", self.timeout_s)
-        if self.jobs < 0:
-            raise ConfigError(f"reference.jobs must be 0 (automatic) or a positive count, not {self.jobs}")
+        for key in ("jobs", "cases"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"reference.{key} must be 0 or a positive count, not {getattr(self, key)}")
 
 
 @dataclass

@@ -62,7 +62,8 @@ def reference(
         results = generate_references(
             refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
             on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"),
-            seed_sets=s.reference.seed_sets, secret_store=secret_store, jobs=reference_jobs(s.reference.jobs, spec))
+            seed_sets=s.reference.seed_sets, secret_store=secret_store, jobs=reference_jobs(s.reference.jobs, spec),
+            cases=s.reference.cases)
     if as_json:
         print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
     else:
@@ -95,6 +96,7 @@ def _summary(results: list[dict], url: str):
 
 
 def _truth(r: dict) -> str:
+    cases = f" +{r['cases']} cases" if r.get("cases") else ""
     if r.get("mode") == "reference-data":
-        return f"recorded, {r.get('seed_sets') or 0} secret seed sets" if r.get("success") else "recorded"
-    return r.get("reference_class") or ("Model" if r.get("mode") == "model" else "-")
+        return (f"recorded, {r.get('seed_sets') or 0} secret seed sets" if r.get("success") else "recorded") + cases
+    return (r.get("reference_class") or ("Model" if r.get("mode") == "model" else "-")) + cases

@@ -295,7 +295,8 @@ def run_local(
         bar = progress.add_task(f"reference data on {spec.label}", total=len(refs))
         made = generate_references(refs, st, spec, s.reference.seed, shapes, s.reference.timeout_s,
                                    on_done=lambda r: progress.update(bar, advance=1),
-                                   seed_sets=s.reference.seed_sets, jobs=reference_jobs(s.reference.jobs, spec))
+                                   seed_sets=s.reference.seed_sets, jobs=reference_jobs(s.reference.jobs, spec),
+                                   cases=s.reference.cases)
     failed = reference_failures(made)
     cause = common_cause(failed, len(made))
     if cause:

@@ -122,8 +122,9 @@ def _clip(task, space: ShapeSpace, cap: int, budget: int) -> ShapeSpace:
         top = max(d.base, min(d.high, cap))
         high = _largest_fitting(task, space, d, d.base, top, budget)
         dims.append(Dim(d.name, min(d.low, high), high, min(d.base, high), d.keyword))
-    return ShapeSpace(tuple(dims), space.dtype_name, space.dtypes, space.dtype_keyword, space.origin,
-                      f"declared, cut to {cap} and the small budget at small shapes")
+    cut = [f"{d.name} to {n.high}" for d, n in zip(space.dims, dims) if n.high < d.high]
+    note = f"declared; at small shapes cut {', '.join(cut)} (corpus.small_space_max, the small budget)" if cut else ""
+    return ShapeSpace(tuple(dims), space.dtype_name, space.dtypes, space.dtype_keyword, space.origin, note)
 
 
 def _check_honoured(task, space: ShapeSpace, budget: int) -> None:

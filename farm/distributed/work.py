@@ -233,7 +233,8 @@ def reference_op(delivery: Delivery, run: str, source: str, op: str, force: bool
         [ref] = corpus.find_tasks(e.settings, [source], [op])
         update_op(e.store, run, source, op, phase="reference", reference="running", worker=delivery.hostname)
         [entry] = generate_references([ref], e.store, device, spec.reference_seed, spec.shapes,
-                                      e.settings.reference.timeout_s, force=force)
+                                      e.settings.reference.timeout_s, force=force,
+                                      cases=e.settings.reference.cases)
         if not entry.get("success"):
             raise OpFailed(f"reference data ({entry.get('stage')}): {entry.get('error')}")
         made = "current" if entry.get("skipped") else "generated"

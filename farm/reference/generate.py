@@ -23,6 +23,7 @@ from farm.corpus import tasks as corpus
 from farm.corpus.inputs import draw_init_inputs, draw_inputs, draw_seeded
 from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError, StorageError
+from farm.reference import cases as ref_cases
 from farm.reference import manifest, seedsets
 from farm.reference.ptfile import load_pt_file
 from farm.runtime import grads, pointers
@@ -76,9 +77,10 @@ def generate_reference(task: corpus.Task, spec: DeviceSpec, seed: int,
 
 def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
                                 report: Callable[[str], None] = lambda stage: None,
-                                seed_sets: int = 0) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                                seed_sets: int = 0, cases: int = 0) -> tuple[dict[str, Any], dict | None, dict | None]:
     """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), clone, forward;
-    and, in reference-data mode (`seed_sets` > 0), the secret seed sets (farm.reference.seedsets)."""
+    in reference-data mode (`seed_sets` > 0), the secret seed sets (farm.reference.seedsets);
+    and the Model at `cases` cases of the task's shape space (farm.reference.cases)."""
     import torch
 
     dev = spec.torch_device
@@ -95,6 +97,8 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
     checked = lambda raw: corpus.check_outputs(task, task.model_cls, raw)  # noqa: E731
     outputs, elapsed, mutated = _forward(model, inputs, spec, checked, watch=True)
     extras = backward_record(task, model, inputs, seed, dev, report) if task.backward else {}
+    case_doc = ref_cases.record(task, model, lambda m, values: _forward(m, values, spec, checked)[0], dev, cases, seed,
+                                report) if cases else None
     secret = None
     if seed_sets:
         report("seed_sets")
@@ -102,7 +106,8 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
         for s in seedsets.draw_seeds(seed_sets, seed):
             drawn = draw_seeded(task, s)  # get_inputs() was found deterministic above: one draw each
             kept = clone_values(drawn)
-            sets.append({"seed": s, "inputs": kept, "outputs": _forward(model, drawn, spec)[0]})
+            sets.append({"seed": s, "case": _bench_case(task, s), "inputs": kept,
+                         "outputs": _forward(model, drawn, spec)[0]})
         secret = {"op_name": task.ref.op, "source": task.ref.source, "pt_seed": seed,
                   "task_sha256": task.ref.sha256(), "sets": sets}
     input_shapes, input_dtypes = _shapes_dtypes(saved_inputs)
@@ -133,7 +138,17 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
         # inputs the original Model changes in place: a candidate may (and is timed as if) too
         "mutated_inputs": mutated,
         **extras,
-    }, secret
+    }, secret, case_doc
+
+
+def _bench_case(task: corpus.Task, seed: int) -> dict | None:
+    """A secret set's case (the benchmark shapes, its own seed), so a verifier iterates every set alike."""
+    from farm.corpus.cases import bench_case
+
+    try:
+        return bench_case(task.space, seed).as_dict()
+    except FarmError:
+        return None
 
 
 def backward_record(task: corpus.Task, model, inputs: list, seed: int, device: str,
@@ -157,18 +172,24 @@ def _triton_version() -> str | None:
 
 
 def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec, seed: int, shapes: str,
-                    out_path: str, reference: str | None = None, seed_sets: int = 0) -> dict[str, Any]:
+                    out_path: str, reference: str | None = None, seed_sets: int = 0, cases: int = 0) -> dict[str, Any]:
     """In the pinned child: generate and save; only metadata travels back to the parent. The
-    secret seed sets go to a file of their own (out_path + ".sets"), and the .pt records its
-    sha256, so whoever holds the .pt can find and check them."""
+    secret seed sets and the cases go to files of their own (out_path + ".sets", + ".cases"),
+    and the .pt records their sha256, so whoever holds the .pt can find and check them."""
     import torch
 
     targets.import_device_runtime(spec)
     report("import")
     task = corpus.load_task(ref, shapes, reference=reference)
-    data, secret = generate_reference_and_sets(task, spec, seed, report,
-                                               seed_sets if task.mode == "reference-data" else 0)
+    data, secret, case_doc = generate_reference_and_sets(task, spec, seed, report,
+                                                         seed_sets if task.mode == "reference-data" else 0, cases)
     report("save")
+    if case_doc is not None:
+        cases_path = out_path + ref_cases.SUFFIX
+        torch.save(case_doc, cases_path)
+        load_pt_file(cases_path)
+        data[ref_cases.POINTER] = {"key": ref_cases.cases_key(ref.source, ref.op), "sha256": sha256_file(cases_path),
+                                   "count": len(case_doc["cases"])}
     if secret is not None:
         sets_path = out_path + ".sets"
         torch.save(secret, sets_path)
@@ -179,7 +200,7 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
     load_pt(out_path)  # consumers load weights_only: a .pt they cannot read fails here, at "save"
     return {"device_name": data["device_name"], "reference_time_s": data["reference_time_s"],
             "task_sha256": data["task_sha256"], "mode": data["mode"], "reference_class": data["reference_class"],
-            "seed_sets": data.get(seedsets.POINTER)}
+            "seed_sets": data.get(seedsets.POINTER), "cases": data.get(ref_cases.POINTER)}
 
 
 def load_pt(path: str | Path) -> dict[str, Any]:
@@ -192,13 +213,17 @@ def load_pt(path: str | Path) -> dict[str, Any]:
 
 
 def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store,
-               secret_store: Store | None = None) -> bool:
+               secret_store: Store | None = None, cases: int = 0) -> bool:
     if not entry or not entry.get("success"):
         return False
     if (entry.get("task_sha256"), entry.get("seed"), entry.get("shapes")) != (task_sha, seed, shapes):
         return False
     if entry.get("seed_sets_key") and (secret_store or store).head(entry["seed_sets_key"]) is None:
         return False  # the .pt alone cannot verify a reference-data task
+    if entry.get("cases_key") and store.head(entry["cases_key"]) is None:
+        return False  # its cases went missing: made again with it
+    if cases and "cases" not in entry:
+        return False  # made before reference data had cases
     # The bytes themselves, not just their record: a damaged object must be made again, not
     # reported "current" and then fail every search that reads it.
     try:
@@ -217,7 +242,7 @@ def _entry(ref: TaskRef, key: str, spec: DeviceSpec, seed: int, shapes: str, tas
 
 
 def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes: str, timeout_s: float,
-                 staging: Path, seed_sets: int = 4, secret_store: Store | None = None) -> dict[str, Any]:
+                 staging: Path, seed_sets: int = 4, secret_store: Store | None = None, cases: int = 0) -> dict[str, Any]:
     """One op in its own child; the .pt goes to the store only if the child succeeded. The
     task's truth is decided here first (farm.corpus.modes: its trial runs in a child of its
     own), and the child records secret seed sets if it is in reference-data mode."""
@@ -230,7 +255,8 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
     entry.update(mode=decided.mode, reference_class=decided.reference)
     tmp = staging / f"{ref.source}__{ref.op}.pt"
     sets_tmp = Path(str(tmp) + ".sets")
-    outcome = run_in_child(reference_child, (ref, spec, seed, shapes, str(tmp), decided.reference, seed_sets),
+    cases_tmp = Path(str(tmp) + ref_cases.SUFFIX)
+    outcome = run_in_child(reference_child, (ref, spec, seed, shapes, str(tmp), decided.reference, seed_sets, cases),
                            timeout_s=timeout_s, env=spec.child_env())
     entry["elapsed_s"] = round(outcome.elapsed_s, 3)
     try:
@@ -241,6 +267,12 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
         if pointer:  # secrets first: a .pt is never published without the sets it points at
             info = (secret_store or store).put_file(pointer["key"], sets_tmp, sha256=pointer["sha256"])
             entry.update(seed_sets=pointer["count"], seed_sets_key=pointer["key"], seed_sets_bytes=info.size)
+        pointer = outcome.value.get("cases")
+        if pointer:  # beside the .pt, wherever it goes (a plain folder included)
+            store.put_file(pointer["key"], cases_tmp, sha256=pointer["sha256"])
+            entry.update(cases=pointer["count"], cases_key=pointer["key"], cases_sha256=pointer["sha256"])
+        else:
+            entry["cases"] = 0
         sha = sha256_file(tmp)
         info = store.put_file(key, tmp, sha256=sha)
         entry.update(success=True, stage="done", sha256=info.sha256, size_bytes=info.size,
@@ -249,6 +281,7 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
     finally:
         tmp.unlink(missing_ok=True)
         sets_tmp.unlink(missing_ok=True)
+        cases_tmp.unlink(missing_ok=True)
 
 
 def _last_lines(text: str, n: int = 6) -> str:
@@ -268,6 +301,7 @@ def generate_references(
     seed_sets: int = 4,
     secret_store: Store | None = None,
     jobs: int = 1,
+    cases: int = 0,
 ) -> list[dict[str, Any]]:
     """Every op is tried; failures are recorded with their stage and the batch goes on.
     `secret_store` holds the secret seed sets where `store` is a plain folder (--output-dir).
@@ -279,9 +313,9 @@ def generate_references(
 
     def one(ref: TaskRef, staging: Path) -> dict[str, Any]:
         previous = known.get(f"{ref.source}/{ref.op}")
-        if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store):
+        if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store, cases):
             return {**previous, "skipped": True}
-        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, secret_store)
+        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, secret_store, cases)
         with record_lock:
             manifest.record(store, [result])
         log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])

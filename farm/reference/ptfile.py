@@ -22,3 +22,15 @@ def load_pt_file(path: str | Path) -> Any:
         if isinstance(exc, KeyError):
             first = "not a file written by torch.save"
         raise FarmError(f"{path}: not a loadable reference .pt (weights_only): {first}") from None
+
+
+def load_companion(store, key: str, sha256: str | None) -> Any:
+    """An object a .pt points at (its secret seed sets, its cases) from `store`, checked against
+    the sha256 the .pt records, then loaded weights_only."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="farm-companion-") as tmp:
+        info = store.get_file(key, Path(tmp) / "object.pt")
+        if sha256 and info.sha256 != sha256:
+            raise FarmError(f"{store.url}/{key}: sha256 does not match the one the reference data records")
+        return load_pt_file(Path(tmp) / "object.pt")

@@ -15,6 +15,7 @@ from farm.corpus.tasks import natural_sorted
 from farm.errors import FarmError, IntegrityError, StorageError
 from farm.reference import manifest
 from farm.reference.generate import load_pt
+from farm.reference.ptfile import load_pt_file
 from farm.storage import Store
 
 
@@ -70,6 +71,7 @@ def verify(store: Store, sources: list[str] | None = None,
                 row.update(status="corrupt", error=f"sha256 {sha[:12]}... != manifest {expected[:12]}...")
             else:
                 row.update(status="ok", sha256=sha)
+                _verify_cases(store, entry, row)
         except IntegrityError as exc:
             row.update(status="corrupt", error=str(exc))
         except StorageError as exc:
@@ -78,6 +80,20 @@ def verify(store: Store, sources: list[str] | None = None,
         if on_done:
             on_done(row)
     return rows
+
+
+def _verify_cases(store: Store, entry: dict, row: dict) -> None:
+    """The .pt's cases companion (farm.reference.cases) is checked with it: present, and the
+    sha256 its .pt and manifest entry record."""
+    key = entry.get("cases_key")
+    if not key:
+        return
+    if store.head(key) is None:
+        row.update(status="missing", error=f"its cases {key} are missing: `farm reference --force` makes them again")
+        return
+    sha = store.verify(key)
+    if entry.get("cases_sha256") and sha != entry["cases_sha256"]:
+        row.update(status="corrupt", error=f"{key}: sha256 {sha[:12]}... != recorded {entry['cases_sha256'][:12]}...")
 
 
 def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
@@ -100,6 +116,7 @@ def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
                     copied.append(_clean({**entry, **metadata, "key": manifest.ref_key(entry["source"], entry["op_name"]),
                                           "sha256": row["sha256"], "size_bytes": row["size_bytes"]}))
                 row["seed_sets"] = _copy_seed_sets(src, dst, entry, Path(tmp))
+                row["cases"] = _copy_cases(src, dst, {**entry, **metadata}, Path(tmp))
             except IntegrityError as exc:
                 row.update(status="corrupt", error=str(exc))
             except FarmError as exc:  # not reference data: refused, dst keeps what it had
@@ -134,6 +151,28 @@ def _copy_seed_sets(src: Store, dst: Store, entry: dict, tmp: Path) -> str:
     return "copied"
 
 
+def _copy_cases(src: Store, dst: Store, entry: dict, tmp: Path) -> str:
+    """The cases beside a .pt go where it goes (a plain folder too: they are public), checked
+    against the sha256 the .pt records and loaded weights_only before they are written."""
+    key = entry.get("cases_key")
+    if not key:
+        return "-"
+    info = src.head(key)
+    if info is None:
+        return "not in source"
+    there = dst.head(key)
+    if there is not None and there.sha256 and there.sha256 == entry.get("cases_sha256"):
+        return "up to date"
+    local = tmp / "cases.pt"
+    got = src.get_file(key, local)
+    if entry.get("cases_sha256") and got.sha256 != entry["cases_sha256"]:
+        raise IntegrityError(f"{src.url}/{key}: sha256 does not match the one its .pt records")
+    load_pt_file(local)  # weights_only: a foreign file is refused here, never written
+    dst.put_file(key, local, sha256=got.sha256)
+    local.unlink(missing_ok=True)
+    return "copied"
+
+
 def _clean(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if k != "unlisted"}
 
@@ -161,7 +200,11 @@ PT_METADATA = ("seed", "shapes", "task_sha256", "device", "device_name", "refere
 
 
 def pt_metadata(data: dict) -> dict[str, Any]:
-    return {k: data[k] for k in PT_METADATA if k in data}
+    meta = {k: data[k] for k in PT_METADATA if k in data}
+    pointer = data.get("cases")
+    if isinstance(pointer, dict) and pointer.get("key"):
+        meta.update(cases=pointer.get("count"), cases_key=pointer["key"], cases_sha256=pointer.get("sha256"))
+    return meta
 
 
 def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:

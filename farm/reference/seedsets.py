@@ -18,13 +18,11 @@ rotate through them, and a candidate that memorised the public outputs fails on 
 from __future__ import annotations
 
 import secrets as _secrets
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
-from farm.reference.ptfile import load_pt_file
+from farm.reference.ptfile import load_companion
 from farm.storage import Store
 
 SECRET_PREFIX = "secrets"
@@ -55,11 +53,7 @@ def load_sets(store: Store, data: dict[str, Any]) -> list[tuple[list, list]] | N
     if store.head(key) is None:
         raise FarmError(f"the reference data of {data.get('source')}/{data.get('op_name')} points at secret seed "
                         f"sets {key}, which {store.url} lacks: run `farm reference` with this store (--store)")
-    with tempfile.TemporaryDirectory(prefix="farm-secret-") as tmp:
-        info = store.get_file(key, Path(tmp) / "sets.pt")
-        if pointer.get("sha256") and info.sha256 != pointer["sha256"]:
-            raise FarmError(f"{store.url}/{key}: sha256 does not match the one the reference data records")
-        doc = load_pt_file(Path(tmp) / "sets.pt")
+    doc = load_companion(store, key, pointer.get("sha256"))
     sets = doc.get("sets") if isinstance(doc, dict) else None
     if not sets:
         raise FarmError(f"{store.url}/{key}: holds no seed sets")

@@ -102,7 +102,9 @@ def _config(tmp: Path, folder: Path) -> Path:
 
 def test_output_dir_holds_exactly_the_tool_chains_layout(made):
     files = sorted(p.relative_to(made["out"]).as_posix() for p in made["out"].rglob("*"))
-    assert files == ["akgish", "akgish/twice_vllm.pt", "manifest.json"]
+    # the benchmark case's .pt as the tools read it; the cases of the space beside it, not a *.pt
+    assert files == ["akgish", "akgish/twice_vllm.cases", "akgish/twice_vllm.pt", "manifest.json"]
+    assert [p.name for p in made["out"].rglob("*.pt")] == ["twice_vllm.pt"]
     data = torch.load(made["out"] / "akgish" / "twice_vllm.pt", weights_only=True)
     assert set(PT_KEYS) <= set(data) and data["mode"] == "reference-data" and data["reference_class"] is None
     assert "sets" not in data and data[seedsets.POINTER]["count"] == 4  # the secrets are not in the .pt
