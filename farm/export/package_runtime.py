@@ -295,7 +295,9 @@ class Op:
             if decision.backend == "fallback":
                 entry["by_rule"][decision.rule] = entry["by_rule"].get(decision.rule, 0) + 1
                 entry["last_fallback"] = decision.reason
-            warn = decision.rule in ("envelope", "grad", "init") and (self.key, decision.rule) not in _warned
+            # without a fallback the call raises NoFallbackError instead: nothing to warn about
+            warn = (decision.rule in ("envelope", "grad", "init") and self.has_fallback
+                    and (self.key, decision.rule) not in _warned)
             if warn:
                 _warned.add((self.key, decision.rule))
         if warn:
