@@ -103,15 +103,15 @@ class ReferenceSettings:
     timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process"))
     seed_sets: int = field(default=4, metadata=_meta(
         "secret seed sets recorded per reference-data-mode op (verification and timing rotate through them)"))
-    cases: int = field(default=6, metadata=_meta("cases of the task's shape space recorded beside each .pt"))
+    cases: int = field(default=-1, metadata=_meta("cases of the shape space recorded beside each .pt; -1: 6, 2 on cpu"))
     jobs: int = field(default=1, metadata=_meta(
         "ops whose reference data is made at once on one device; 0: 1 on cpu, else a quarter of the cores, at most 4"))
 
     def __post_init__(self) -> None:
         _positive("reference.timeout_s", self.timeout_s)
-        for key in ("jobs", "cases"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"reference.{key} must be 0 or a positive count, not {getattr(self, key)}")
+        for key, least in (("jobs", 0), ("cases", -1)):
+            if getattr(self, key) < least:
+                raise ConfigError(f"reference.{key} must be {least} or more, not {getattr(self, key)}")
 
 
 @dataclass

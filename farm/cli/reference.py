@@ -23,7 +23,7 @@ from farm.cli.common import (
 )
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
-from farm.reference.generate import generate_references, reference_jobs
+from farm.reference.generate import generate_references, reference_cases, reference_jobs
 from farm.storage import open_folder, open_store
 from farm.targets import usable_device
 
@@ -63,7 +63,7 @@ def reference(
             refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
             on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"),
             seed_sets=s.reference.seed_sets, secret_store=secret_store, jobs=reference_jobs(s.reference.jobs, spec),
-            cases=s.reference.cases)
+            cases=reference_cases(s.reference.cases, spec))
     if as_json:
         print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
     else:

@@ -35,7 +35,7 @@ from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate.timing import check_flush, check_mode
 from farm.generators import DEFAULT_CHAIN, load_generator
 from farm.reference import seedsets
-from farm.reference.generate import generate_references, load_pt, reference_jobs
+from farm.reference.generate import generate_references, load_pt, reference_cases, reference_jobs
 from farm.search import ledger
 from farm.search.batch import cached_ops, load_reference, search_batch, summarize
 from farm.search.controller import SearchConfig, search_op
@@ -296,7 +296,7 @@ def run_local(
         made = generate_references(refs, st, spec, s.reference.seed, shapes, s.reference.timeout_s,
                                    on_done=lambda r: progress.update(bar, advance=1),
                                    seed_sets=s.reference.seed_sets, jobs=reference_jobs(s.reference.jobs, spec),
-                                   cases=s.reference.cases)
+                                   cases=reference_cases(s.reference.cases, spec))
     failed = reference_failures(made)
     cause = common_cause(failed, len(made))
     if cause:

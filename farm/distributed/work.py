@@ -38,7 +38,7 @@ from farm.distributed.runs import RunSpec, load_run, update_op
 from farm.errors import FarmError, IntegrityError, StorageError
 from farm.generators import load_generator
 from farm.observe import metrics
-from farm.reference.generate import generate_references
+from farm.reference.generate import generate_references, reference_cases
 from farm.reference.manifest import now
 from farm.search.batch import load_reference
 from farm.search.controller import OpOutcome, OpSearch
@@ -234,7 +234,7 @@ def reference_op(delivery: Delivery, run: str, source: str, op: str, force: bool
         update_op(e.store, run, source, op, phase="reference", reference="running", worker=delivery.hostname)
         [entry] = generate_references([ref], e.store, device, spec.reference_seed, spec.shapes,
                                       e.settings.reference.timeout_s, force=force,
-                                      cases=e.settings.reference.cases)
+                                      cases=reference_cases(e.settings.reference.cases, device))
         if not entry.get("success"):
             raise OpFailed(f"reference data ({entry.get('stage')}): {entry.get('error')}")
         made = "current" if entry.get("skipped") else "generated"

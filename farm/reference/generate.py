@@ -330,6 +330,14 @@ def generate_references(
         return [f.result() for f in futures]  # in the order asked for, whatever order they finished in
 
 
+def reference_cases(setting: int, spec: DeviceSpec) -> int:
+    """reference.cases, where -1 means: 6 on a device, 2 where Triton interprets (each case of a
+    Triton Model costs the interpreter a second or more on the CPU)."""
+    if setting >= 0:
+        return setting
+    return 2 if spec.target.interpret else 6
+
+
 def reference_jobs(setting: int, spec: DeviceSpec) -> int:
     """reference.jobs, where 0 means: one on an interpreting target (its ops fill the host's
     cores themselves), else a quarter of the host's cores, at most 4."""
