@@ -29,6 +29,7 @@ RECORDER = REPO / "tests" / "data" / "import_recorder"
 OPTIONAL_OF_DEPENDENCIES = {
     "colorama": "torch/_inductor/runtime/runtime_utils.py (the inductor generator)",
     "hypothesis": "torch/testing/_internal/common_utils.py (reached through the inductor generator)",
+    "pynvml": "torch/cuda/__init__.py (_HAS_PYNVML); the farm's own use is the optional extra nvml",
 }
 
 
