@@ -19,7 +19,6 @@ from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
 from farm.reference.manifest import now
 from farm.search import ledger
-from farm.search.controller import SearchConfig
 from farm.storage import Store
 
 INDEX_KEY = "runs/index.json"
@@ -47,7 +46,9 @@ class RunSpec:
     timing_mode: str = "auto"  # events, graph, or auto (farm.evaluate.timing.choose_mode)
     created_at: str = field(default_factory=now)
 
-    def search_config(self) -> SearchConfig:
+    def search_config(self):
+        from farm.search.controller import SearchConfig  # torch: only a worker's search needs it
+
         return SearchConfig(max_tasks=self.max_tasks, max_concurrent=self.max_concurrent,
                             chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed,
                             flush=self.flush, timing_mode=self.timing_mode)

@@ -33,7 +33,7 @@ from kombu.exceptions import OperationalError
 from farm.config import Settings, load_settings
 from farm.corpus import tasks as corpus
 from farm.distributed.coord import Coordinator, redis_url
-from farm.distributed.queues import REFERENCE_TASK, SEARCH_TASK, queue_name
+from farm.distributed.queues import DEVICE_ENV, REFERENCE_TASK, SEARCH_TASK, queue_name
 from farm.distributed.runs import RunSpec, load_run, update_op
 from farm.errors import FarmError, IntegrityError, StorageError
 from farm.generators import load_generator
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 
 MAX_ERROR_RETRIES = 10  # storage/broker errors per task before its op is failed
 LOCK_WAIT_S = 5.0  # a copy that finds its op locked tries again after this
-DEVICE_ENV = "FARM_WORKER_DEVICE"  # set by `farm worker`: the device this worker owns, e.g. cuda:3
 
 
 class OpFailed(FarmError):

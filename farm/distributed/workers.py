@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.distributed.queues import queue_name
-from farm.distributed.work import DEVICE_ENV
+from farm.distributed.queues import DEVICE_ENV, queue_name
 from farm.errors import FarmError
 from farm.observe import metrics
 from farm.observe.metrics import MULTIPROC_ENV, QUEUES_ENV, SLOT_ENV
