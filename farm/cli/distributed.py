@@ -137,14 +137,19 @@ def status(
     ctx: typer.Context,
     run: RunArg = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run finishes (Ctrl-C stops watching).")] = False,
+    every: Annotated[bool, typer.Option("--all", help="List every run of the store (local and submitted), newest first.")] = False,
     store: StoreOpt = None,
     as_json: bool = JsonOption,
 ) -> None:
-    """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA."""
+    """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA.
+    Runs of `farm run`/`farm search` and of `farm submit` alike."""
     from farm.distributed import runs
     from farm.distributed.control import POLL_S
 
     _, st = _store(ctx, store)
+    if every:
+        _list_runs(st, as_json)
+        return
     name = run or runs.latest_run(st)
     view = runs.summarize(st, name)
     if as_json:
@@ -166,11 +171,22 @@ def status(
         report_cmd.print_line(report_cmd.try_write(st, name))
 
 
+def _list_runs(st, as_json: bool) -> None:
+    from farm.search import catalog
+
+    found = sorted(catalog.runs(st).items(), key=lambda kv: (kv[1].get("created_at") or "", kv[0]), reverse=True)
+    if as_json:
+        print_json({"store": st.url, "runs": [{"run": name, **entry} for name, entry in found]})
+        return
+    out.print(table(f"{len(found)} run(s) in {st.url}", ["run", "kind", "source", "target", "started"],
+                    [[name, e.get("kind"), e.get("source"), e.get("target"), e.get("created_at")] for name, e in found]))
+
+
 @handle_errors
 def fetch(
     ctx: typer.Context,
     run: RunArg = None,
-    latest: Annotated[bool, typer.Option("--latest", help="The kernels of the latest run.")] = False,
+    latest: Annotated[bool, typer.Option("--latest", help="The kernels of the newest run (farm run, farm search or farm submit).")] = False,
     target: Annotated[Optional[str], typer.Option(help="Only this target.")] = None,
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,

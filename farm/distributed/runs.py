@@ -1,6 +1,6 @@
 """A distributed run as the store keeps it; everything `farm status` shows comes from here.
 
-    runs/index.json                        every submitted run: when, source, target (--latest)
+    runs/index.json                        every run, local or submitted: when, source, target (farm.search.catalog)
     runs/<run>/run.json                    what was submitted (RunSpec), and a cancellation
     runs/<run>/<source>/<op>/status.json   where each op is: phase, worker, counts, best, error
     runs/<run>/<source>/<op>/state.json    the search checkpoint (farm.search.controller)
@@ -18,12 +18,11 @@ from typing import Any
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
 from farm.reference.manifest import now
-from farm.search import ledger
+from farm.search import catalog, ledger
 from farm.storage import Store
 
-INDEX_KEY = "runs/index.json"
 TERMINAL = ("done", "failed", "cancelled")
-PHASES = ("queued", "reference", "searching") + TERMINAL
+PHASES = ("queued", "reference", "searching", "interrupted") + TERMINAL
 
 
 @dataclass
@@ -94,8 +93,7 @@ def save_run(store: Store, spec: RunSpec) -> tuple[RunSpec, bool]:
     key = run_key(spec.run)
     existed = store.exists(key)
     doc = store.update_json(key, mutate)
-    store.update_json(INDEX_KEY, lambda idx: {"runs": {**idx.get("runs", {}), spec.run: {
-        "created_at": doc["created_at"], "source": spec.source, "target": spec.target}}})
+    catalog.record(store, spec.run, "distributed", [spec.source], spec.target, created_at=doc["created_at"])
     return RunSpec.from_dict(doc), not existed
 
 
@@ -103,7 +101,7 @@ def load_run(store: Store, run: str) -> tuple[RunSpec, dict]:
     """The spec and the raw record (with cancelled_at)."""
     doc = store.read_json(run_key(run))
     if not doc:
-        raise FarmError(f"no run {run!r} in {store.url} (farm status lists runs with --json; farm submit makes one)")
+        raise FarmError(f"no run {run!r} in {store.url} (farm status --all lists the runs)")
     return RunSpec.from_dict(doc), doc
 
 
@@ -113,14 +111,11 @@ def cancel_run(store: Store, run: str) -> dict:
 
 
 def list_runs(store: Store) -> dict[str, dict]:
-    return store.read_json(INDEX_KEY).get("runs", {})
+    return catalog.runs(store)
 
 
 def latest_run(store: Store) -> str:
-    runs = list_runs(store)
-    if not runs:
-        raise FarmError(f"no runs in {store.url}: farm submit makes one")
-    return max(runs, key=lambda name: (runs[name]["created_at"], name))
+    return catalog.latest(store)
 
 
 def update_op(store: Store, run: str, source: str, op: str, **changes: Any) -> dict:
@@ -144,28 +139,86 @@ def op_status(store: Store, run: str, source: str, op: str) -> dict:
 
 
 def is_local(store: Store, run: str) -> bool:
-    """A run of `farm run` or `farm search` (in one process): a ledger, no run.json."""
-    return not store.exists(run_key(run)) and store.exists(ledger.key(run))
+    """A run of `farm run` or `farm search` (in one process): no run.json, but an index entry,
+    a ledger or an op's folder."""
+    if store.exists(run_key(run)):
+        return False
+    return catalog.entry(store, run).get("kind") == "local" or store.exists(ledger.key(run)) or any(
+        True for _ in store.list(f"runs/{validate_name(run, 'run')}/"))
+
+
+def _local_row(source: str, op: str, phase: str, **fields: Any) -> dict[str, Any]:
+    row = {"source": source, "op": op, "phase": phase, "reference": "local", "chunk": 0, "tried": 0, "passed": 0,
+           "best_speedup": None, "best_time_ms": None, "worker": "local", "redeliveries": 0, "started_at": None,
+           "updated_at": None, "error": "", "verdicts": {}}
+    return {**row, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def _from_ledger(name: str, entry: dict) -> dict[str, Any]:
+    result = entry.get("result", {})
+    source, _, op = name.partition("/")
+    return _local_row(source, op, "done" if entry.get("status") == "done" else "failed",
+                      tried=result.get("submitted", 0), passed=result.get("passed", 0),
+                      best_speedup=result.get("speedup_vs_model"), best_time_ms=result.get("best_time_ms"),
+                      updated_at=entry.get("updated_at"), error=result.get("error", ""))
+
+
+def _from_folder(store: Store, run: str, source: str, op: str, files: set[str], alive: bool | None) -> dict:
+    """An op the ledger does not list: a `farm search --op` (its report), or one in progress or
+    interrupted (its checkpoint)."""
+    base = f"runs/{run}/{source}/{op}/"
+    if "report.json" in files:
+        rep = store.read_json(base + "report.json")
+        best = rep.get("best") or {}
+        return _local_row(source, op, "failed" if rep.get("status") == "failed" else "done",
+                          tried=rep.get("submitted", 0), passed=rep.get("passed", 0),
+                          best_speedup=best.get("speedup_vs_model"), best_time_ms=best.get("time_ms"),
+                          started_at=rep.get("started_at"), updated_at=rep.get("finished_at"),
+                          error=rep.get("error", ""))
+    state = store.read_json(base + "state.json")
+    records = state.get("db", {}).get("records", [])
+    return _local_row(source, op, "interrupted" if alive is False else "searching", chunk=state.get("chunks_done", 0),
+                      tried=len(records), passed=sum(1 for r in records if r.get("verdict") == "pass"),
+                      started_at=state.get("started_at"),
+                      error="the process searching it ended: run the same command again to resume" if alive is False
+                      else "")
+
+
+def _op_folders(store: Store, run: str) -> dict[tuple[str, str], set[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for info in store.list(f"runs/{run}/"):
+        parts = info.key.split("/")
+        if len(parts) == 5 and parts[4] in ("report.json", "state.json"):
+            found.setdefault((parts[2], parts[3]), set()).add(parts[4])
+    return found
 
 
 def summarize_local(store: Store, run: str) -> dict[str, Any]:
-    """The status view of a local run, from its ledger (the ops it finished)."""
-    rows = []
-    for name, entry in sorted(ledger.read(store, run).items()):
-        result = entry.get("result", {})
-        source, _, op = name.partition("/")
-        rows.append({"source": source, "op": op, "phase": "done" if entry.get("status") == "done" else "failed",
-                     "reference": "ok", "chunk": 0, "tried": result.get("submitted", 0),
-                     "passed": result.get("passed", 0), "best_speedup": result.get("speedup_vs_model"),
-                     "best_time_ms": result.get("best_time_ms"), "worker": "local", "redeliveries": 0,
-                     "started_at": None, "updated_at": entry.get("updated_at"), "error": result.get("error", ""),
-                     "verdicts": {}})
-    count = lambda phase: sum(1 for r in rows if r["phase"] == phase)  # noqa: E731
-    totals = {"ops": len(rows), "done": count("done"), "failed": count("failed"), "cancelled": 0,
-              "finished": len(rows), "searching": 0, "tried": sum(r["tried"] for r in rows),
-              "passed": sum(r["passed"] for r in rows), "budget": "-"}
-    return {"run": run, "store": store.url, "status": "finished", "spec": {"local": True}, "created_at": None,
-            "cancelled_at": None, "totals": totals, "eta_s": 0.0, "ops": rows}
+    """The status view of a local run: finished ops from its ledger, the others (a single-op
+    search, an op in progress or interrupted) from their folders."""
+    entry = catalog.entry(store, run)
+    alive = catalog.process_alive(entry)
+    done = ledger.read(store, run)
+    rows = {name: _from_ledger(name, e) for name, e in done.items()}
+    if not entry.get("planned") or len(rows) < entry["planned"]:
+        for (source, op), files in _op_folders(store, run).items():
+            if f"{source}/{op}" not in rows:
+                rows[f"{source}/{op}"] = _from_folder(store, run, source, op, files, alive)
+    ops = [rows[k] for k in sorted(rows)]
+    if not ops and not entry:
+        raise FarmError(f"no run {run!r} in {store.url} (farm status --all lists the runs)")
+    count = lambda phase: sum(1 for r in ops if r["phase"] == phase)  # noqa: E731
+    planned = max(entry.get("planned") or 0, len(ops))
+    finished = sum(1 for r in ops if r["phase"] in TERMINAL)
+    status = ("finished" if finished == planned else "interrupted" if alive is False else "running")
+    totals = {"ops": planned, "done": count("done"), "failed": count("failed"), "cancelled": 0,
+              "finished": finished, "searching": count("searching"), "tried": sum(r["tried"] for r in ops),
+              "passed": sum(r["passed"] for r in ops), "budget": "-"}
+    spec = {"local": True, "source": entry.get("source") or ",".join(sorted({r["source"] for r in ops})),
+            "target": entry.get("target", "?")}
+    return {"run": run, "store": store.url, "status": status, "kind": "local", "spec": spec,
+            "created_at": entry.get("created_at"), "cancelled_at": None, "totals": totals,
+            "eta_s": 0.0 if status == "finished" else None, "ops": ops}
 
 
 def summarize(store: Store, run: str) -> dict[str, Any]:
@@ -187,7 +240,8 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
                      "error": st.get("error", ""), "verdicts": st.get("verdicts", {})})
     totals = _totals(rows, spec)
     status = "cancelled" if doc.get("cancelled_at") else ("finished" if totals["finished"] == len(rows) else "running")
-    return {"run": run, "store": store.url, "status": status, "spec": spec.params(), "created_at": spec.created_at,
+    return {"run": run, "store": store.url, "status": status, "kind": "distributed", "spec": spec.params(),
+            "created_at": spec.created_at,
             "cancelled_at": doc.get("cancelled_at"), "totals": totals, "eta_s": _eta(rows, spec, totals),
             "ops": rows}
 

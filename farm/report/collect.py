@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.errors import FarmError
+from farm.search import catalog
 from farm.storage import Store
 
 RUNS = "runs/"
@@ -123,10 +124,8 @@ def _later(a: str | None, b: str | None) -> str | None:
 
 
 def latest_run(store: Store) -> str:
-    runs = {k: v for k, v in run_names(store).items() if v}
-    if not runs:
-        raise FarmError(f"no finished or submitted run in {store.url}: `farm run` or `farm submit` makes one")
-    return max(runs, key=lambda name: (runs[name], name))
+    """--latest: the run started last, local or distributed, as every command takes it."""
+    return catalog.latest(store)
 
 
 # ---------------------------------------------------------------- reading one run
