@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from farm.cli import report_cmd
 from farm.cli.common import (
@@ -57,13 +58,29 @@ def _fmt_eta(seconds: float | None) -> str:
 
 
 def status_table(view: dict):
-    rows = [[r["op"], r["phase"], r["reference"], f"{r['chunk']}", f"{r['tried']}", f"{r['passed']}",
-             fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-", (r["error"] or "")[:60]] for r in view["ops"]]
+    rows = [[r["op"], "stalled" if r.get("state") == "stalled" else r["phase"], r["reference"], f"{r['chunk']}",
+             f"{r['tried']}", f"{r['passed']}", fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-",
+             (r.get("stalled") or r["error"] or "")[:60]] for r in view["ops"]]
     t = view["totals"]
+    stalled = (view.get("ops_by_state") or {}).get("stalled", 0)
+    eta = "ETA -" if view["status"] != "running" else (
+        f"no ETA ({stalled} op(s) stalled)" if stalled else f"ETA {_fmt_eta(view['eta_s'])}")
     title = (f"run {view['run']} ({view['spec']['source']} -> {view['spec']['target']}): {view['status']}, "
              f"{t['finished']}/{t['ops']} ops finished, {t['tried']}/{t['budget']} candidates, "
-             f"{t['passed']} passed, ETA {_fmt_eta(view['eta_s'])}")
+             f"{t['passed']} passed, {eta}")
     return table(title, ["op", "phase", "reference", "chunks", "tried", "passed", "best x", "worker", "error"], rows)
+
+
+def stalled_lines(view: dict) -> list[str]:
+    """One line per reason an op does not move, with the command that recovers it."""
+    if view.get("broker"):
+        return [f"broker {view['broker']}: states and ETA unknown; the ops keep what the store says"]
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for r in view["ops"]:
+        if r.get("state") == "stalled":
+            reasons.setdefault((r["stalled"], r["fix"]), []).append(r["op"])
+    return [f"stalled: {len(ops)} op(s) ({', '.join(ops[:5])}{', ...' if len(ops) > 5 else ''}): {why}; recover: {fix}"
+            for (why, fix), ops in reasons.items()]
 
 
 # ---------------------------------------------------------------- control
@@ -85,7 +102,11 @@ def submit(
     flush: Annotated[str, FlushOpt] = "write",
     timing_mode: Annotated[str, TimingModeOpt] = "auto",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to finish, with a progress bar.")] = False,
-    timeout: Annotated[Optional[float], typer.Option(help="With --wait: give up waiting after this many seconds.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        help="With --wait: give up waiting after this many seconds (exit 4; the run goes on).")] = None,
+    require_workers: Annotated[bool, typer.Option(
+        "--require-workers", help="Refuse (exit 2) when no live worker consumes the run's queues; by default "
+                                  "the run is queued and waits for one, with a warning.")] = False,
     store: StoreOpt = None,
     as_json: bool = JsonOption,
 ) -> None:
@@ -97,7 +118,8 @@ def submit(
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
     spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on,
                              flush=flush, timing_mode=timing_mode)
-    spec, created = control.submit(s, st, spec, force=force)
+    spec, created = control.submit(s, st, spec, force=force, require_workers=require_workers,
+                                   warn=lambda m: err.print(f"[yellow]{escape(m)}[/]", highlight=False))
     err.print(f"{'submitted' if created else 'submitted again (same ids: nothing runs twice)'} run {spec.run}: "
               f"{len(spec.ops)} ops of {spec.source}, reference on reference.{spec.reference_target}, "
               f"search on search.{spec.target}", highlight=False)
@@ -143,15 +165,19 @@ def status(
 ) -> None:
     """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA.
     Runs of `farm run`/`farm search` and of `farm submit` alike."""
-    from farm.distributed import runs
+    from farm.distributed import reconcile, runs
     from farm.distributed.control import POLL_S
 
-    _, st = _store(ctx, store)
+    s, st = _store(ctx, store)
     if every:
         _list_runs(st, as_json)
         return
     name = run or runs.latest_run(st)
-    view = runs.summarize(st, name)
+
+    def look() -> dict:
+        return reconcile.observe(s, runs.summarize(st, name))
+
+    view = look()
     if as_json:
         print_json(view)
         return
@@ -159,13 +185,15 @@ def status(
         from rich.live import Live
 
         with Live(status_table(view), console=out, refresh_per_second=1) as live:
-            while view["status"] == "running":
+            while view["status"] in ("running", "cancelling"):
                 time.sleep(POLL_S)
-                view = runs.summarize(st, name)
+                view = look()
                 live.update(status_table(view))
     else:
         out.print(status_table(view))
-    if view["status"] == "running":
+    for line in stalled_lines(view):
+        err.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+    if view["status"] in ("running", "stalled", "cancelling", "interrupted"):
         out.print(f"report: `farm report {name}` writes a page of the run so far", highlight=False)
     else:
         report_cmd.print_line(report_cmd.try_write(st, name))
@@ -223,9 +251,29 @@ def cancel(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run to c
     if as_json:
         print_json(result)
         return
-    out.print(f"run {run} cancelled at {result['cancelled_at']}")
+    removed = f"; {result['removed']} queued task(s) removed" if result.get("removed") is not None else ""
+    out.print(f"run {run} cancelled at {result['cancelled_at']}{removed}; running chunks finish their "
+              f"checkpoint (farm status {run} says cancelling until they have)", highlight=False)
     if not result["revoked"]:
         err.print("[yellow]the broker did not answer: queued tasks will see the cancellation when they start[/]")
+
+
+@handle_errors
+def recover(ctx: typer.Context, run: RunArg = None, store: StoreOpt = None, as_json: bool = JsonOption) -> None:
+    """Re-enqueue the run's stranded work now: ops neither queued nor running (Redis lost its data)
+    and ops whose worker died holding them. `farm worker` does the same every queue.reconcile_interval_s."""
+    _need_celery()
+    from farm.distributed import control, reconcile, runs
+
+    s, st = _store(ctx, store)
+    name = run or runs.latest_run(st)
+    control.connect(s)
+    done = reconcile.recover(s, st, name)
+    if as_json:
+        print_json({"run": name, "recovered": done})
+        return
+    out.print(table(f"run {name}: {len(done)} task(s) enqueued again", ["op", "task", "why"],
+                    [[f"{d['source']}/{d['op']}", d["task"], d["reason"]] for d in done]))
 
 
 @handle_errors
@@ -342,7 +390,8 @@ def worker(
     port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "
               f"{', '.join(specs[0].queues)}" + (f"; metrics on :{port}" if port else ""), highlight=False)
-    supervisor = Supervisor(specs, {**os.environ, **child_env}, metrics_port=port, metrics_addr=cfg.metrics.addr)
+    supervisor = Supervisor(specs, {**os.environ, **child_env}, metrics_port=port, metrics_addr=cfg.metrics.addr,
+                            settings=cfg)
     raise typer.Exit(supervisor.run())
 
 

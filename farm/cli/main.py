@@ -33,6 +33,7 @@ COMMANDS = {
     "export": ("export_cmd", "export"),
     "report": ("report_cmd", "report"),
     "cancel": ("distributed", "cancel"),
+    "recover": ("distributed", "recover"),
     "workers": ("distributed", "workers"),
     "worker": ("distributed", "worker"),
     "scale": ("distributed", "scale"),

@@ -22,7 +22,7 @@ from farm.search import catalog, ledger
 from farm.storage import Store
 
 TERMINAL = ("done", "failed", "cancelled")
-PHASES = ("queued", "reference", "searching", "interrupted") + TERMINAL
+PHASES = ("queued", "reference", "searching", "interrupted", "cancelling") + TERMINAL
 
 
 @dataclass
@@ -135,6 +135,19 @@ def op_status(store: Store, run: str, source: str, op: str) -> dict:
     return store.read_json(status_key(run, source, op))
 
 
+READERS = 16  # status.json reads in flight: a run of thousands of ops on S3 is read in seconds
+
+
+def read_statuses(store: Store, run: str, source: str, ops: list[str]) -> dict[str, dict]:
+    """Every op's status.json, read concurrently (each is one small object)."""
+    if len(ops) < 2 * READERS:
+        return {op: op_status(store, run, source, op) for op in ops}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(READERS, thread_name_prefix="farm-status") as pool:
+        return dict(zip(ops, pool.map(lambda op: op_status(store, run, source, op), ops)))
+
+
 # ---------------------------------------------------------------- the view `farm status` prints
 
 
@@ -226,20 +239,27 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
     if is_local(store, run):
         return summarize_local(store, run)
     spec, doc = load_run(store, run)
+    statuses = read_statuses(store, run, spec.source, spec.ops)
     rows = []
     for op in spec.ops:
-        st = op_status(store, run, spec.source, op)
-        phase = st.get("phase", "queued")
+        st = statuses[op]
+        stored = phase = st.get("phase", "queued")
         if doc.get("cancelled_at") and phase not in TERMINAL:
-            phase = "cancelled"
-        rows.append({"source": spec.source, "op": op, "phase": phase, "reference": st.get("reference", "-"),
+            # a chunk that runs finishes and checkpoints first; the tasks clear `running` at the end
+            phase = "cancelling" if st.get("running") else "cancelled"
+        rows.append({"source": spec.source, "op": op, "phase": phase, "stored_phase": stored,
+                     "reference": st.get("reference", "-"),
                      "chunk": st.get("chunk", 0), "tried": st.get("tried", 0), "passed": st.get("passed", 0),
                      "best_speedup": st.get("best_speedup"), "best_time_ms": st.get("best_time_ms"),
                      "worker": st.get("worker", ""), "redeliveries": st.get("redeliveries", 0),
                      "started_at": st.get("started_at"), "updated_at": st.get("updated_at"),
-                     "error": st.get("error", ""), "verdicts": st.get("verdicts", {})})
+                     "error": st.get("error", ""), "verdicts": st.get("verdicts", {}), "running": st.get("running"),
+                     "recovered": st.get("recovered", [])})
     totals = _totals(rows, spec)
-    status = "cancelled" if doc.get("cancelled_at") else ("finished" if totals["finished"] == len(rows) else "running")
+    if doc.get("cancelled_at"):
+        status = "cancelling" if any(r["phase"] == "cancelling" for r in rows) else "cancelled"
+    else:
+        status = "finished" if totals["finished"] == len(rows) else "running"
     return {"run": run, "store": store.url, "status": status, "kind": "distributed", "spec": spec.params(),
             "created_at": spec.created_at,
             "cancelled_at": doc.get("cancelled_at"), "totals": totals, "eta_s": _eta(rows, spec, totals),
