@@ -1,12 +1,12 @@
-"""Distributed mode: `farm submit/status/fetch/cancel/workers` (control) and `farm worker/scale`
-(the worker pools). Celery is imported only inside the commands that need it."""
+"""Distributed mode: `farm submit/fetch/cancel/workers` (control) and `farm worker/scale` (the
+worker pools); `farm status` and `farm recover` are in status_cmd. Celery is imported only inside
+the commands that need it."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -28,6 +28,7 @@ from farm.cli.common import (
     settings_with_origin,
     table,
 )
+from farm.cli.run_view import status_table
 from farm.config import leaves
 from farm.errors import EXIT_FAILED, FarmError
 from farm.storage import open_store
@@ -47,40 +48,6 @@ def _need_celery() -> None:
 def _store(ctx: typer.Context, url: str | None):
     s = settings(ctx, {"store": url})
     return s, open_store(s.store, s)
-
-
-def _fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
-
-
-def status_table(view: dict):
-    rows = [[r["op"], "stalled" if r.get("state") == "stalled" else r["phase"], r["reference"], f"{r['chunk']}",
-             f"{r['tried']}", f"{r['passed']}", fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-",
-             (r.get("stalled") or r["error"] or "")[:60]] for r in view["ops"]]
-    t = view["totals"]
-    stalled = (view.get("ops_by_state") or {}).get("stalled", 0)
-    eta = "ETA -" if view["status"] != "running" else (
-        f"no ETA ({stalled} op(s) stalled)" if stalled else f"ETA {_fmt_eta(view['eta_s'])}")
-    title = (f"run {view['run']} ({view['spec']['source']} -> {view['spec']['target']}): {view['status']}, "
-             f"{t['finished']}/{t['ops']} ops finished, {t['tried']}/{t['budget']} candidates, "
-             f"{t['passed']} passed, {eta}")
-    return table(title, ["op", "phase", "reference", "chunks", "tried", "passed", "best x", "worker", "error"], rows)
-
-
-def stalled_lines(view: dict) -> list[str]:
-    """One line per reason an op does not move, with the command that recovers it."""
-    if view.get("broker"):
-        return [f"broker {view['broker']}: states and ETA unknown; the ops keep what the store says"]
-    reasons: dict[tuple[str, str], list[str]] = {}
-    for r in view["ops"]:
-        if r.get("state") == "stalled":
-            reasons.setdefault((r["stalled"], r["fix"]), []).append(r["op"])
-    return [f"stalled: {len(ops)} op(s) ({', '.join(ops[:5])}{', ...' if len(ops) > 5 else ''}): {why}; recover: {fix}"
-            for (why, fix), ops in reasons.items()]
 
 
 # ---------------------------------------------------------------- control
@@ -155,62 +122,6 @@ def _wait(st, run: str, n_ops: int, timeout: float | None, show: bool) -> dict:
 
 
 @handle_errors
-def status(
-    ctx: typer.Context,
-    run: RunArg = None,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run finishes (Ctrl-C stops watching).")] = False,
-    every: Annotated[bool, typer.Option("--all", help="List every run of the store (local and submitted), newest first.")] = False,
-    store: StoreOpt = None,
-    as_json: bool = JsonOption,
-) -> None:
-    """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA.
-    Runs of `farm run`/`farm search` and of `farm submit` alike."""
-    from farm.distributed import reconcile, runs
-    from farm.distributed.control import POLL_S
-
-    s, st = _store(ctx, store)
-    if every:
-        _list_runs(st, as_json)
-        return
-    name = run or runs.latest_run(st)
-
-    def look() -> dict:
-        return reconcile.observe(s, runs.summarize(st, name))
-
-    view = look()
-    if as_json:
-        print_json(view)
-        return
-    if watch:
-        from rich.live import Live
-
-        with Live(status_table(view), console=out, refresh_per_second=1) as live:
-            while view["status"] in ("running", "cancelling"):
-                time.sleep(POLL_S)
-                view = look()
-                live.update(status_table(view))
-    else:
-        out.print(status_table(view))
-    for line in stalled_lines(view):
-        err.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
-    if view["status"] in ("running", "stalled", "cancelling", "interrupted"):
-        out.print(f"report: `farm report {name}` writes a page of the run so far", highlight=False)
-    else:
-        report_cmd.print_line(report_cmd.try_write(st, name))
-
-
-def _list_runs(st, as_json: bool) -> None:
-    from farm.search import catalog
-
-    found = sorted(catalog.runs(st).items(), key=lambda kv: (kv[1].get("created_at") or "", kv[0]), reverse=True)
-    if as_json:
-        print_json({"store": st.url, "runs": [{"run": name, **entry} for name, entry in found]})
-        return
-    out.print(table(f"{len(found)} run(s) in {st.url}", ["run", "kind", "source", "target", "started"],
-                    [[name, e.get("kind"), e.get("source"), e.get("target"), e.get("created_at")] for name, e in found]))
-
-
-@handle_errors
 def fetch(
     ctx: typer.Context,
     run: RunArg = None,
@@ -256,24 +167,6 @@ def cancel(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run to c
               f"checkpoint (farm status {run} says cancelling until they have)", highlight=False)
     if not result["revoked"]:
         err.print("[yellow]the broker did not answer: queued tasks will see the cancellation when they start[/]")
-
-
-@handle_errors
-def recover(ctx: typer.Context, run: RunArg = None, store: StoreOpt = None, as_json: bool = JsonOption) -> None:
-    """Re-enqueue the run's stranded work now: ops neither queued nor running (Redis lost its data)
-    and ops whose worker died holding them. `farm worker` does the same every queue.reconcile_interval_s."""
-    _need_celery()
-    from farm.distributed import control, reconcile, runs
-
-    s, st = _store(ctx, store)
-    name = run or runs.latest_run(st)
-    control.connect(s)
-    done = reconcile.recover(s, st, name)
-    if as_json:
-        print_json({"run": name, "recovered": done})
-        return
-    out.print(table(f"run {name}: {len(done)} task(s) enqueued again", ["op", "task", "why"],
-                    [[f"{d['source']}/{d['op']}", d["task"], d["reason"]] for d in done]))
 
 
 @handle_errors

@@ -26,7 +26,6 @@ from farm.distributed.runs import (
     read_statuses,
     save_run,
     summarize,
-    update_op,
 )
 from farm.errors import FarmError, WaitTimeout
 from farm.evaluate.timing import check_flush, check_mode
@@ -86,7 +85,8 @@ def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False,
     """Record the run and enqueue a reference task per op; returns (spec, created). A queue no
     live worker consumes is refused with `require_workers`, else said (`warn`): the run waits
     (a pool that autoscales from zero starts on its queue's length)."""
-    from farm.distributed.publish import enqueue_reference
+    from farm.distributed.publish import enqueue_reference, enqueue_search, publisher
+    from farm.distributed.reconcile import expected_task
 
     connect(settings)
     idle = [q for q, ws in serving(settings, spec).items() if not ws]
@@ -98,24 +98,20 @@ def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False,
         (warn or log.warning)(f"no live worker consumes {', '.join(idle)} now: the run waits for one ({how}; "
                               "an autoscaled pool starts on its queue's length)")
     spec, created = save_run(store, spec)
-    if created:
+    # an op without a status record is queued (farm.distributed.runs): a new run writes none.
+    # Submitted again, each unfinished op gets the task it waits for (its reference task, or the
+    # chunk its checkpoint reached), so a resubmission also restarts what a dead worker held.
+    statuses = {} if created else read_statuses(store, spec.run, spec.source, spec.ops)
+    with publisher() as producer:
         for op in spec.ops:
-            update_op(store, spec.run, spec.source, op, phase="queued")
-            enqueue_reference(spec, op, force)
-        return spec, created
-    # submitted again: each unfinished op gets the task it waits for (its reference task, or the
-    # chunk its checkpoint reached), so a resubmission also restarts what a dead worker held
-    from farm.distributed.reconcile import expected_task
-    from farm.distributed.publish import enqueue_search
-
-    for op, st in read_statuses(store, spec.run, spec.source, spec.ops).items():
-        row = {"source": spec.source, "op": op, "phase": st.get("phase", "queued"), "chunk": st.get("chunk", 0)}
-        if row["phase"] in TERMINAL:
-            continue
-        if expected_task(spec.run, row)[1] == "reference":
-            enqueue_reference(spec, op, force)
-        else:
-            enqueue_search(spec, spec.source, op, int(row["chunk"] or 0))
+            st = statuses.get(op, {})
+            row = {"source": spec.source, "op": op, "phase": st.get("phase", "queued"), "chunk": st.get("chunk", 0)}
+            if row["phase"] in TERMINAL:
+                continue
+            if expected_task(spec.run, row)[1] == "reference":
+                enqueue_reference(spec, op, force, producer)
+            else:
+                enqueue_search(spec, spec.source, op, int(row["chunk"] or 0), producer)
     return spec, created
 
 

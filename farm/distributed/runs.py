@@ -4,6 +4,8 @@
     runs/<run>/run.json                    what was submitted (RunSpec), and a cancellation
     runs/<run>/<source>/<op>/status.json   where each op is: phase, worker, counts, best, error
     runs/<run>/<source>/<op>/state.json    the search checkpoint (farm.search.controller)
+    runs/<run>/changed.json                rewritten with every change to the run: readers that cache
+                                           (the exporter) re-read a run only when its sha256 moved
 
 status.json is written by the tasks (farm.distributed.work) through Store.update_json, so a status
 read never needs Redis and costs one small object per op.
@@ -12,6 +14,7 @@ read never needs Redis and costs one small object per op.
 from __future__ import annotations
 
 import datetime as _dt
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -94,7 +97,24 @@ def save_run(store: Store, spec: RunSpec) -> tuple[RunSpec, bool]:
     existed = store.exists(key)
     doc = store.update_json(key, mutate)
     catalog.record(store, spec.run, "distributed", [spec.source], spec.target, created_at=doc["created_at"])
+    touch(store, spec.run)
     return RunSpec.from_dict(doc), not existed
+
+
+def touch(store: Store, run: str) -> None:
+    """Say that the run changed (one small whole-object write; the last writer wins, which is all
+    a reader needs: a new sha256)."""
+    store.put_bytes(f"runs/{run}/changed.json", f'{{"at": "{now()}", "id": "{uuid.uuid4().hex}"}}\n'.encode())
+
+
+def run_version(store: Store, run: str, entry: dict) -> tuple:
+    """Changes whenever the run's status can have changed (see `touch`)."""
+    stamp = store.head(f"runs/{run}/changed.json")
+    version = (stamp.sha256 if stamp else None, tuple(sorted((k, str(v)) for k, v in entry.items())))
+    if entry.get("kind") == "local":
+        led = store.head(ledger.key(run))
+        version += (led.sha256 if led else None,)
+    return version
 
 
 def load_run(store: Store, run: str) -> tuple[RunSpec, dict]:
@@ -107,7 +127,9 @@ def load_run(store: Store, run: str) -> tuple[RunSpec, dict]:
 
 def cancel_run(store: Store, run: str) -> dict:
     load_run(store, run)
-    return store.update_json(run_key(run), lambda doc: {**doc, "cancelled_at": doc.get("cancelled_at") or now()})
+    doc = store.update_json(run_key(run), lambda doc: {**doc, "cancelled_at": doc.get("cancelled_at") or now()})
+    touch(store, run)
+    return doc
 
 
 def list_runs(store: Store) -> dict[str, dict]:
@@ -128,7 +150,9 @@ def update_op(store: Store, run: str, source: str, op: str, **changes: Any) -> d
         started = doc.get("started_at") or (now() if new.get("phase") not in (None, "queued") else None)
         return {**doc, **new, "source": source, "op": op, "started_at": started, "updated_at": now()}
 
-    return store.update_json(status_key(run, source, op), mutate)
+    doc = store.update_json(status_key(run, source, op), mutate)
+    touch(store, run)
+    return doc
 
 
 def op_status(store: Store, run: str, source: str, op: str) -> dict:
@@ -197,15 +221,6 @@ def _from_folder(store: Store, run: str, source: str, op: str, files: set[str], 
                       else "")
 
 
-def _op_folders(store: Store, run: str) -> dict[tuple[str, str], set[str]]:
-    found: dict[tuple[str, str], set[str]] = {}
-    for info in store.list(f"runs/{run}/"):
-        parts = info.key.split("/")
-        if len(parts) == 5 and parts[4] in ("report.json", "state.json"):
-            found.setdefault((parts[2], parts[3]), set()).add(parts[4])
-    return found
-
-
 def summarize_local(store: Store, run: str) -> dict[str, Any]:
     """The status view of a local run: finished ops from its ledger, the others (a single-op
     search, an op in progress or interrupted) from their folders."""
@@ -214,7 +229,7 @@ def summarize_local(store: Store, run: str) -> dict[str, Any]:
     done = ledger.read(store, run)
     rows = {name: _from_ledger(name, e) for name, e in done.items()}
     if not entry.get("planned") or len(rows) < entry["planned"]:
-        for (source, op), files in _op_folders(store, run).items():
+        for (source, op), files in catalog.op_files(store, run, ("report.json", "state.json")).items():
             if f"{source}/{op}" not in rows:
                 rows[f"{source}/{op}"] = _from_folder(store, run, source, op, files, alive)
     ops = [rows[k] for k in sorted(rows)]

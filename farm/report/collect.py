@@ -148,12 +148,7 @@ def load_run(store: Store, run: str) -> RunView:
 
 
 def _op_dirs(store: Store, run: str) -> dict[tuple[str, str], set[str]]:
-    found: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for info in store.list(f"{RUNS}{run}/"):
-        parts = info.key.split("/")
-        if len(parts) == 5 and parts[4] in OP_FILES:
-            found[(parts[2], parts[3])].add(parts[4])
-    return found
+    return catalog.op_files(store, run, OP_FILES)
 
 
 def _load_op(store: Store, run: str, source: str, op: str, ledger: dict | None, files: set[str],

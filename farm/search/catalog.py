@@ -73,6 +73,17 @@ def _unindexed(store: Store) -> dict[str, str]:
     return found
 
 
+def op_files(store: Store, run: str, names: tuple[str, ...]) -> dict[tuple[str, str], set[str]]:
+    """(source, op) -> which of these files runs/<run>/<source>/<op>/ holds: the ops a run
+    touched, whatever kind of run it is."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for info in store.list(f"runs/{run}/"):
+        parts = info.key.split("/")
+        if len(parts) == 5 and parts[4] in names:
+            found.setdefault((parts[2], parts[3]), set()).add(parts[4])
+    return found
+
+
 def process_alive(e: dict) -> bool | None:
     """Whether the process that writes a local run still runs: None where it cannot be told
     (another host)."""

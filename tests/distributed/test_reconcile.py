@@ -198,3 +198,49 @@ def test_submit_to_a_queue_no_worker_serves_warns_or_refuses_and_a_wait_timeout_
     flat = " ".join(result.output.split())
     assert "the run waits for one" in flat
     assert result.exit_code == 4 and "has not finished after 1 s (--timeout)" in flat
+
+
+def test_a_chunk_that_loses_its_op_lock_stops_without_checkpoint_or_continuation(farm_env, monkeypatch):
+    """Redis forgets the lock while a chunk runs (a restart without its data): another copy may
+    take the op, so this one stops at its next candidate, writes no checkpoint past the one it
+    resumed from, enqueues nothing and leaves no done mark (the task may run again)."""
+    import threading
+
+    from farm.config import load_settings
+    from farm.corpus.tasks import find_tasks
+    from farm.distributed import work
+    from farm.reference.generate import generate_references
+    from farm.targets import resolve_device
+
+    settings, store, coord, client = farm_env
+    monkeypatch.setenv("FARM_QUEUE_LOCK_TTL_S", "1.5")  # renewed every 0.5 s
+    monkeypatch.setattr(work, "_env", None)
+    [entry] = generate_references(find_tasks(load_settings()[0], ["demo"], ["row_sum"]), store, resolve_device("cpu"),
+                                  0, "small", 120)
+    assert entry["success"], entry
+    save_run(store, RunSpec(run="lock", source="demo", ops=["row_sum"], target="cpu", reference_target="cpu",
+                            shapes="small", generators=["tune"], max_tasks=6, chunk_candidates=6, max_concurrent=1))
+    first = threading.Event()
+    seen = []
+    original = work.CandidateLog.__call__
+
+    def record(self, kind, info):
+        original(self, kind, info)
+        if kind == "candidate":
+            seen.append(info["id"])
+            first.set()
+
+    monkeypatch.setattr(work.CandidateLog, "__call__", record)
+
+    def forget_lock():
+        first.wait(120)
+        client.delete("farm:lock:lock:demo:row_sum")
+
+    threading.Thread(target=forget_lock, daemon=True).start()
+    tid = work.search_task_id("lock", "demo", "row_sum", 0)
+    result = work.search_chunk(work.Delivery(tid, "w@h"), "lock", "demo", "row_sum", 0)
+    assert "lock lapsed" in result.get("stopped", ""), result
+    assert 1 <= len(seen) < 6
+    assert not work.env().coord.is_done(tid) and queued(client, "search.cpu") == []
+    assert store.read_json("runs/lock/demo/row_sum/state.json").get("chunks_done", 0) == 0
+    monkeypatch.setattr(work, "_env", None)
