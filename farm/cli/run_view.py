@@ -33,9 +33,10 @@ def status_table(view: dict):
              f"{r['tried']}", f"{r['passed']}", fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-",
              (r.get("stalled") or r["error"] or "")[:60]] for r in shown]
     if len(shown) < len(view["ops"]):
-        counts = {}
+        counts: dict[str, int] = {}
         for r in view["ops"]:
-            counts[r["phase"]] = counts.get(r["phase"], 0) + 1
+            phase = "stalled" if r.get("state") == "stalled" else r["phase"]
+            counts[phase] = counts.get(phase, 0) + 1
         rows.append([f"... {len(view['ops']) - len(shown)} more", ", ".join(f"{n} {p}" for p, n in sorted(counts.items())),
                      "", "", "", "", "", "", "--json lists every op"])
     t = view["totals"]

@@ -27,15 +27,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.config import Settings
 from farm.distributed import broker
-from farm.distributed.coord import PREFIX, Coordinator
 from farm.distributed.queues import queue_name
 from farm.distributed.runs import TERMINAL, load_run, summarize, update_op
 from farm.reference.manifest import now
 from farm.storage import Store
+
+if TYPE_CHECKING:  # redis is an optional dependency: imported where Redis is talked to
+    from farm.distributed.coord import Coordinator
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +54,27 @@ class Snapshot:
     reserved: dict[str, list[broker.Reserved]]  # task id -> taken, unacknowledged messages
     workers: dict[str, list[str]]  # hostname -> queues it consumes
     at: float = field(default_factory=time.time)
+    # False with an AMQP broker: its queues are not in Redis, so an op that is not running may
+    # well be queued, and only `farm recover` (told to) publishes it again
+    queues_known: bool = True
 
     def consumers(self, queue: str) -> list[str]:
         return [w for w, qs in self.workers.items() if queue in qs]
 
 
-def snapshot(coord: Coordinator, views: list[dict]) -> Snapshot:
+def snapshot(coord: Coordinator, views: list[dict], queues_known: bool = True) -> Snapshot:
     names = [f"{v['run']}:{r['source']}:{r['op']}" for v in views for r in v["ops"] if r["phase"] not in TERMINAL]
     queues = sorted({q for v in views for q in _queues(v["spec"])})
     reserved: dict[str, list[broker.Reserved]] = {}
     for item in broker.reserved(coord.r):
         if item.task_id:
             reserved.setdefault(item.task_id, []).append(item)
-    return Snapshot(coord.holders(names), broker.queued_ids(coord.r, queues), reserved, coord.live_workers())
+    return Snapshot(coord.holders(names), broker.queued_ids(coord.r, queues), reserved, coord.live_workers(),
+                    queues_known=queues_known)
+
+
+def redis_broker(settings: Settings) -> bool:
+    return settings.queue.broker_url.startswith(("redis://", "rediss://", "unix://"))
 
 
 def _queues(spec: dict) -> list[str]:
@@ -119,6 +129,8 @@ def _state(view: dict, row: dict, snap: Snapshot, settings: Settings, holder: st
     auto = f"any `farm worker` re-enqueues it within ~{2 * every + settings.queue.lock_ttl_s:.0f} s, or now: " \
         if every else ""
     taken = snap.reserved.get(task_id, [])
+    if not snap.queues_known:
+        return {"state": "queued", "task": task_id}
     if task_id in snap.queued or any(snap.at - (r.delivered_at or snap.at) < settings.queue.takeover_s
                                      for r in taken):
         if snap.consumers(queue):
@@ -138,13 +150,13 @@ def _state(view: dict, row: dict, snap: Snapshot, settings: Settings, holder: st
 def observe(settings: Settings, view: dict) -> dict:
     """`farm status`: the view with live states where Redis answers at once; where it does
     not, the view says so and drops its ETA (nothing tells whether the ops move)."""
-    from farm.distributed.coord import redis_url
-
-    if view.get("kind") == "local" or view["status"] not in ("running", "cancelled"):
+    if view.get("kind") == "local" or view["status"] not in ("running", "cancelling"):
         return view
     try:
+        from farm.distributed.coord import Coordinator, redis_url
+
         coord = Coordinator(redis_url(settings.queue), settings.queue.lock_ttl_s, quick=True)
-        return classify(view, snapshot(coord, [view]), settings)
+        return classify(view, snapshot(coord, [view], redis_broker(settings)), settings)
     except Exception as exc:  # noqa: BLE001 - status shows what the store says, and why that is all
         view["broker"] = f"unreachable: {' '.join(str(exc).split())[:200]}"
         view["eta_s"] = None
@@ -161,6 +173,7 @@ class Reconciler:
 
     def __init__(self, settings: Settings, store: Store, coord: Coordinator, confirm: bool = True):
         self.settings, self.store, self.coord, self.confirm = settings, store, coord, confirm
+        self.queues_known = redis_broker(settings) or not confirm  # `farm recover`: told to act
         self.interval = settings.queue.reconcile_interval_s or 30.0
         self.finished: set[str] = set()  # runs that cannot need anything again
 
@@ -173,7 +186,7 @@ class Reconciler:
     def run_once(self, runs: list[str] | None = None) -> list[dict[str, Any]]:
         """One pass over the runs (default: every unfinished distributed run); returns what it did."""
         names = self.active_runs() if runs is None else runs
-        snap = snapshot(self.coord, [_bare_view(self.store, r) for r in names])  # Redis first
+        snap = snapshot(self.coord, [_bare_view(self.store, r) for r in names], self.queues_known)  # Redis first
         done = []
         for run in names:
             view = summarize(self.store, run)
@@ -188,6 +201,8 @@ class Reconciler:
         return done
 
     def _confirmed(self, task_id: str) -> bool:
+        from farm.distributed.coord import PREFIX
+
         key = f"{PREFIX}suspect:{task_id}"
         first = self.coord.r.get(key)
         if first is None:
@@ -239,7 +254,7 @@ def _bare_view(store: Store, run: str) -> dict:
 
 def recover(settings: Settings, store: Store, run: str) -> list[dict[str, Any]]:
     """`farm recover RUN`: one pass over one run, acting at once."""
-    from farm.distributed.coord import redis_url
+    from farm.distributed.coord import Coordinator, redis_url
 
     return Reconciler(settings, store, Coordinator(redis_url(settings.queue), settings.queue.lock_ttl_s),
                       confirm=False).run_once([run])
@@ -266,7 +281,7 @@ class Loop:
 
     def _run(self) -> None:
         from farm.distributed.celery_app import configured
-        from farm.distributed.coord import redis_url
+        from farm.distributed.coord import Coordinator, redis_url
         from farm.storage import open_store
 
         configured(self.settings)  # publish with this command's settings (--config, --set)

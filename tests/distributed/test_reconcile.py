@@ -244,3 +244,19 @@ def test_a_chunk_that_loses_its_op_lock_stops_without_checkpoint_or_continuation
     assert not work.env().coord.is_done(tid) and queued(client, "search.cpu") == []
     assert store.read_json("runs/lock/demo/row_sum/state.json").get("chunks_done", 0) == 0
     monkeypatch.setattr(work, "_env", None)
+
+
+def test_status_of_a_big_run_lists_the_ops_that_need_a_look_and_counts_the_rest(farm_env, cli):
+    settings, store, coord, _ = farm_env
+    make_run(store, "big", ops=[f"op{i:03d}" for i in range(120)])
+    for i in range(0, 120, 2):
+        update_op(store, "big", "demo", f"op{i:03d}", phase="done", tried=4)
+    update_op(store, "big", "demo", "op007", phase="failed", error="boom")
+    coord.beat("w@h", ["reference.cpu", "search.cpu"])
+    result = cli("status", "big")
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("│")]
+    assert len(lines) == 41 and all("stalled" in ln for ln in lines[:40])  # what needs a look comes first
+    flat = " ".join(result.stdout.split())
+    assert "... 80 more" in flat and "1 failed" in flat and "59 stalled" in flat and "--json lists every op" in flat
+    assert len(json.loads(cli("status", "big", "--json").stdout)["ops"]) == 120
