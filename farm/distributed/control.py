@@ -85,7 +85,7 @@ def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False,
     """Record the run and enqueue a reference task per op; returns (spec, created). A queue no
     live worker consumes is refused with `require_workers`, else said (`warn`): the run waits
     (a pool that autoscales from zero starts on its queue's length)."""
-    from farm.distributed.publish import enqueue_reference, enqueue_search, publisher
+    from farm.distributed.publish import publish_all
     from farm.distributed.reconcile import expected_task
 
     connect(settings)
@@ -102,16 +102,13 @@ def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False,
     # Submitted again, each unfinished op gets the task it waits for (its reference task, or the
     # chunk its checkpoint reached), so a resubmission also restarts what a dead worker held.
     statuses = {} if created else read_statuses(store, spec.run, spec.source, spec.ops)
-    with publisher() as producer:
-        for op in spec.ops:
-            st = statuses.get(op, {})
-            row = {"source": spec.source, "op": op, "phase": st.get("phase", "queued"), "chunk": st.get("chunk", 0)}
-            if row["phase"] in TERMINAL:
-                continue
-            if expected_task(spec.run, row)[1] == "reference":
-                enqueue_reference(spec, op, force, producer)
-            else:
-                enqueue_search(spec, spec.source, op, int(row["chunk"] or 0), producer)
+    tasks = []
+    for op in spec.ops:
+        st = statuses.get(op, {})
+        row = {"source": spec.source, "op": op, "phase": st.get("phase", "queued"), "chunk": st.get("chunk", 0)}
+        if row["phase"] not in TERMINAL:
+            tasks.append((op, None if expected_task(spec.run, row)[1] == "reference" else int(row["chunk"] or 0)))
+    publish_all(spec, tasks, force)
     return spec, created
 
 
