@@ -206,8 +206,8 @@ def s3_store_env(broker, s3_server, monkeypatch):  # noqa: F811
     return use
 
 
-def test_a_store_that_refuses_keeps_the_run_series_and_shows_as_its_own_metric(s3_store_env, s3_server,
-                                                                               flaky_proxy, broker):  # noqa: F811
+def test_a_store_that_refuses_keeps_the_run_series_and_shows_as_its_own_metric(s3_store_env, flaky_proxy,  # noqa: F811
+                                                                               broker):
     _server, app = broker
     settings, store = s3_store_env(flaky_proxy.endpoint)
     save_run(store, _spec("live", ["row_sum"]))
