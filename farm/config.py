@@ -174,12 +174,18 @@ class QueueSettings:
     worker_max_tasks_per_child: int = field(
         default=50, metadata=_meta("tasks before a worker's pool process is replaced (0: never)")
     )
+    # see docs/configuration.md for the longer story of these three
+    lock_ttl_s: float = field(default=30.0, metadata=_meta("an op's lock lapses this long after its holder stops"))
+    reconcile_interval_s: float = field(default=30.0, metadata=_meta("how often stranded work is re-enqueued (0: never)"))
+    takeover_s: float = field(default=150.0, metadata=_meta("a taken task with no lock this long: its worker died"))
 
     @property
     def chunk_hard_limit_s(self) -> float:
         return round(self.chunk_time_limit_s * 1.1 + 5.0, 1)
 
     def __post_init__(self) -> None:
+        if min(self.lock_ttl_s, self.takeover_s) <= 0 or self.reconcile_interval_s < 0:
+            raise ConfigError("queue.lock_ttl_s and queue.takeover_s must be > 0, queue.reconcile_interval_s >= 0")
         if self.chunk_candidates < 1 or self.chunk_time_limit_s <= 0 or self.max_redeliveries < 0:
             raise ConfigError("queue.chunk_candidates must be >= 1, queue.chunk_time_limit_s > 0 and "
                               "queue.max_redeliveries >= 0")

@@ -8,6 +8,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran, but some op/candidate failed
 EXIT_USAGE = 2  # a user mistake: bad option, config, task file
 EXIT_STORAGE = 3  # the store could not be read or written
+EXIT_TIMEOUT = 4  # a wait ran out of time: the work goes on (farm submit --wait --timeout)
 
 
 class FarmError(Exception):
@@ -50,3 +51,9 @@ class IntegrityError(StorageError):
 
 class InvalidName(FarmError):
     """A source or op name that could escape its storage prefix."""
+
+
+class WaitTimeout(FarmError):
+    """A wait gave up before the work finished; the work itself goes on."""
+
+    exit_code = EXIT_TIMEOUT

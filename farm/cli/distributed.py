@@ -1,16 +1,17 @@
-"""Distributed mode: `farm submit/status/fetch/cancel/workers` (control) and `farm worker/scale`
-(the worker pools). Celery is imported only inside the commands that need it."""
+"""Distributed mode: `farm submit/fetch/cancel/workers` (control) and `farm worker/scale` (the
+worker pools); `farm status` and `farm recover` are in status_cmd. Celery is imported only inside
+the commands that need it."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from farm.cli import report_cmd
 from farm.cli.common import (
@@ -27,6 +28,7 @@ from farm.cli.common import (
     settings_with_origin,
     table,
 )
+from farm.cli.run_view import status_table
 from farm.config import leaves
 from farm.errors import EXIT_FAILED, FarmError
 from farm.storage import open_store
@@ -48,24 +50,6 @@ def _store(ctx: typer.Context, url: str | None):
     return s, open_store(s.store, s)
 
 
-def _fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
-
-
-def status_table(view: dict):
-    rows = [[r["op"], r["phase"], r["reference"], f"{r['chunk']}", f"{r['tried']}", f"{r['passed']}",
-             fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-", (r["error"] or "")[:60]] for r in view["ops"]]
-    t = view["totals"]
-    title = (f"run {view['run']} ({view['spec']['source']} -> {view['spec']['target']}): {view['status']}, "
-             f"{t['finished']}/{t['ops']} ops finished, {t['tried']}/{t['budget']} candidates, "
-             f"{t['passed']} passed, ETA {_fmt_eta(view['eta_s'])}")
-    return table(title, ["op", "phase", "reference", "chunks", "tried", "passed", "best x", "worker", "error"], rows)
-
-
 # ---------------------------------------------------------------- control
 
 
@@ -85,7 +69,11 @@ def submit(
     flush: Annotated[str, FlushOpt] = "write",
     timing_mode: Annotated[str, TimingModeOpt] = "auto",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to finish, with a progress bar.")] = False,
-    timeout: Annotated[Optional[float], typer.Option(help="With --wait: give up waiting after this many seconds.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        help="With --wait: give up waiting after this many seconds (exit 4; the run goes on).")] = None,
+    require_workers: Annotated[bool, typer.Option(
+        "--require-workers", help="Refuse (exit 2) when no live worker consumes the run's queues; by default "
+                                  "the run is queued and waits for one, with a warning.")] = False,
     store: StoreOpt = None,
     as_json: bool = JsonOption,
 ) -> None:
@@ -97,7 +85,8 @@ def submit(
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
     spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on,
                              flush=flush, timing_mode=timing_mode)
-    spec, created = control.submit(s, st, spec, force=force)
+    spec, created = control.submit(s, st, spec, force=force, require_workers=require_workers,
+                                   warn=lambda m: err.print(f"[yellow]{escape(m)}[/]", highlight=False))
     err.print(f"{'submitted' if created else 'submitted again (same ids: nothing runs twice)'} run {spec.run}: "
               f"{len(spec.ops)} ops of {spec.source}, reference on reference.{spec.reference_target}, "
               f"search on search.{spec.target}", highlight=False)
@@ -133,44 +122,10 @@ def _wait(st, run: str, n_ops: int, timeout: float | None, show: bool) -> dict:
 
 
 @handle_errors
-def status(
-    ctx: typer.Context,
-    run: RunArg = None,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run finishes (Ctrl-C stops watching).")] = False,
-    store: StoreOpt = None,
-    as_json: bool = JsonOption,
-) -> None:
-    """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA."""
-    from farm.distributed import runs
-    from farm.distributed.control import POLL_S
-
-    _, st = _store(ctx, store)
-    name = run or runs.latest_run(st)
-    view = runs.summarize(st, name)
-    if as_json:
-        print_json(view)
-        return
-    if watch:
-        from rich.live import Live
-
-        with Live(status_table(view), console=out, refresh_per_second=1) as live:
-            while view["status"] == "running":
-                time.sleep(POLL_S)
-                view = runs.summarize(st, name)
-                live.update(status_table(view))
-    else:
-        out.print(status_table(view))
-    if view["status"] == "running":
-        out.print(f"report: `farm report {name}` writes a page of the run so far", highlight=False)
-    else:
-        report_cmd.print_line(report_cmd.try_write(st, name))
-
-
-@handle_errors
 def fetch(
     ctx: typer.Context,
     run: RunArg = None,
-    latest: Annotated[bool, typer.Option("--latest", help="The kernels of the latest run.")] = False,
+    latest: Annotated[bool, typer.Option("--latest", help="The kernels of the newest run (farm run, farm search or farm submit).")] = False,
     target: Annotated[Optional[str], typer.Option(help="Only this target.")] = None,
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
@@ -207,7 +162,9 @@ def cancel(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run to c
     if as_json:
         print_json(result)
         return
-    out.print(f"run {run} cancelled at {result['cancelled_at']}")
+    removed = f"; {result['removed']} queued task(s) removed" if result.get("removed") is not None else ""
+    out.print(f"run {run} cancelled at {result['cancelled_at']}{removed}; running chunks finish their "
+              f"checkpoint (farm status {run} says cancelling until they have)", highlight=False)
     if not result["revoked"]:
         err.print("[yellow]the broker did not answer: queued tasks will see the cancellation when they start[/]")
 
@@ -326,7 +283,8 @@ def worker(
     port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "
               f"{', '.join(specs[0].queues)}" + (f"; metrics on :{port}" if port else ""), highlight=False)
-    supervisor = Supervisor(specs, {**os.environ, **child_env}, metrics_port=port, metrics_addr=cfg.metrics.addr)
+    supervisor = Supervisor(specs, {**os.environ, **child_env}, metrics_port=port, metrics_addr=cfg.metrics.addr,
+                            settings=cfg)
     raise typer.Exit(supervisor.run())
 
 

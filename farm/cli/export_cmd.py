@@ -16,7 +16,7 @@ from farm.storage import open_store
 def export(
     ctx: typer.Context,
     run: Annotated[Optional[str], typer.Option("--run", help="Only the ops this run searched (farm run or farm submit).")] = None,
-    latest: Annotated[bool, typer.Option("--latest", help="The ops of the newest submitted run.")] = False,
+    latest: Annotated[bool, typer.Option("--latest", help="The ops of the newest run (farm run, farm search or farm submit).")] = False,
     target: Annotated[Optional[str], typer.Option(help="Only this target.")] = None,
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,

@@ -24,27 +24,33 @@ def exporter(
     """Serve queue lengths per pool (priority sub-queues and reserved messages included) and run progress."""
     from prometheus_client import generate_latest
 
-    from farm.distributed.exporter import registry
+    from farm.distributed.exporter import FarmCollector, registry
 
     cfg = settings(ctx, {"store": store})
-    reg = registry(cfg, open_store(cfg.store, cfg))
-    if once:
-        if as_json:
-            print_json({m.name: [{"labels": s.labels, "value": s.value, "name": s.name} for s in m.samples]
-                        for m in reg.collect()})
-        else:
-            out.file.write(generate_latest(reg).decode())
+    st = open_store(cfg.store, cfg)
+    if not once:
+        collector = FarmCollector(cfg, st)  # scrapes serve what its loops last read
+        try:
+            _serve(collector, cfg.metrics.addr, port or cfg.metrics.exporter_port)
+        finally:
+            collector.stop()
         return
-    _serve(reg, cfg.metrics.addr, port or cfg.metrics.exporter_port)
+    reg = registry(cfg, st)
+    if as_json:
+        print_json({m.name: [{"labels": s.labels, "value": s.value, "name": s.name} for s in m.samples]
+                    for m in reg.collect()})
+    else:
+        out.file.write(generate_latest(reg).decode())
 
 
-def _serve(reg, addr: str, port: int) -> None:
-    from prometheus_client import start_http_server
+def _serve(collector, addr: str, port: int) -> None:
+    from farm.distributed.exporter import serve
 
     try:
-        server, _thread = start_http_server(port, addr=addr, registry=reg)
+        server = serve(collector, addr, port)
     except OSError as exc:
         raise FarmError(f"cannot serve on port {port} (--port, metrics.exporter_port): {exc.strerror or exc}") from None
+    collector.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

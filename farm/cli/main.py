@@ -2,42 +2,73 @@
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
+from typer.models import CommandInfo
 
 from farm import __version__
-from farm.cli import (ascend_cmd, cache, config_cmd, distributed, eval_cmd, export_cmd, exporter_cmd, lint, ops,
-                      reference, report_cmd, search)
 from farm.cli.common import on_sigterm, parse_sets, setup_logging
+
+# name -> (module, attribute): a command's module is imported only when that command runs (or
+# --help lists them all), so `farm --version`, `status`, `workers`, `cancel`, `scale` and
+# `config` start without torch or triton, which only the commands that run kernels need.
+COMMANDS = {
+    "ops": ("ops", "app"),
+    "reference": ("reference", "reference"),
+    "eval": ("eval_cmd", "eval_candidate"),
+    "search": ("search", "search"),
+    "run": ("search", "run_local"),
+    "lint": ("lint", "lint"),
+    "ascend": ("ascend_cmd", "app"),
+    "cache": ("cache", "app"),
+    "config": ("config_cmd", "app"),
+    "submit": ("distributed", "submit"),
+    "status": ("status_cmd", "status"),
+    "fetch": ("distributed", "fetch"),
+    "export": ("export_cmd", "export"),
+    "report": ("report_cmd", "report"),
+    "cancel": ("distributed", "cancel"),
+    "recover": ("status_cmd", "recover"),
+    "workers": ("distributed", "workers"),
+    "worker": ("distributed", "worker"),
+    "scale": ("distributed", "scale"),
+    "exporter": ("exporter_cmd", "exporter"),
+}
+
+
+class LazyGroup(TyperGroup):
+    """The top-level group: builds a command from its module the first time it is asked for."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name: str):
+        if name not in self.commands and name in COMMANDS:
+            module, attr = COMMANDS[name]
+            target = getattr(importlib.import_module(f"farm.cli.{module}"), attr)
+            if isinstance(target, typer.Typer):
+                command = typer.main.get_group(target)
+            else:
+                command = typer.main.get_command_from_info(CommandInfo(name=name, callback=target),
+                                                           pretty_exceptions_short=app.pretty_exceptions_short,
+                                                           rich_markup_mode=app.rich_markup_mode)
+            command.name = name
+            self.commands[name] = command
+        return self.commands.get(name)
+
 
 app = typer.Typer(
     name="farm",
+    cls=LazyGroup,
     help="Kernel Farm: port and optimise Triton kernels of LLM-serving frameworks across accelerators.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold storage credentials
 )
-app.add_typer(ops.app, name="ops")
-app.command("reference")(reference.reference)
-app.command("eval")(eval_cmd.eval_candidate)
-app.command("search")(search.search)
-app.command("run")(search.run_local)
-app.command("lint")(lint.lint)
-app.add_typer(ascend_cmd.app, name="ascend")
-app.add_typer(cache.app, name="cache")
-app.add_typer(config_cmd.app, name="config")
-app.command("submit")(distributed.submit)
-app.command("status")(distributed.status)
-app.command("fetch")(distributed.fetch)
-app.command("export")(export_cmd.export)
-app.command("report")(report_cmd.report)
-app.command("cancel")(distributed.cancel)
-app.command("workers")(distributed.workers)
-app.command("worker")(distributed.worker)
-app.command("scale")(distributed.scale)
-app.command("exporter")(exporter_cmd.exporter)
 
 
 def _version(value: bool) -> None:

@@ -57,7 +57,7 @@ def print_line(written: dict) -> None:
 def report(
     ctx: typer.Context,
     run: Annotated[Optional[str], typer.Argument(help="Run name (farm run, farm search or farm submit).")] = None,
-    latest: Annotated[bool, typer.Option("--latest", help="The run the store touched last.")] = False,
+    latest: Annotated[bool, typer.Option("--latest", help="The newest run (farm run, farm search or farm submit).")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Folder for index.html and its files "
                                                     "(default: reports/<run>).")] = None,
     publish: Annotated[bool, typer.Option("--publish", help="Also copy the report into the store at "
@@ -72,7 +72,7 @@ def report(
     if run and latest:
         raise FarmError("give a run or --latest, not both")
     if not run and not latest:
-        raise FarmError("name a run, or give --latest for the newest (farm status --json lists distributed runs)")
+        raise FarmError("name a run, or give --latest for the newest (farm status lists runs)")
     s = settings(ctx, {"store": store})
     st = open_store(s.store, s)
     name = latest_run(st) if latest else run

@@ -9,6 +9,7 @@ submitting the same run again enqueues the same ids and no work is done twice.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Callable
@@ -22,16 +23,17 @@ from farm.distributed.runs import (
     cancel_run,
     default_run_name,
     load_run,
-    op_status,
+    read_statuses,
     save_run,
     summarize,
-    update_op,
 )
-from farm.errors import FarmError
+from farm.errors import FarmError, WaitTimeout
 from farm.evaluate.timing import check_flush, check_mode
 from farm.generators import load_generator
 from farm.storage import Store
 from farm.targets import available, get_target
+
+log = logging.getLogger(__name__)
 
 POLL_S = 2.0  # how often --wait and --watch read the run's status
 
@@ -78,18 +80,35 @@ def make_spec(settings: Settings, source: str, ops: list[str] | None, target: st
                    timing_mode=check_mode(timing_mode))
 
 
-def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False) -> tuple[RunSpec, bool]:
-    """Record the run and enqueue a reference task per op; returns (spec, created)."""
-    from farm.distributed.work import enqueue_reference
+def submit(settings: Settings, store: Store, spec: RunSpec, force: bool = False,
+           require_workers: bool = False, warn: Callable[[str], None] | None = None) -> tuple[RunSpec, bool]:
+    """Record the run and enqueue a reference task per op; returns (spec, created). A queue no
+    live worker consumes is refused with `require_workers`, else said (`warn`): the run waits
+    (a pool that autoscales from zero starts on its queue's length)."""
+    from farm.distributed.publish import publish_all
+    from farm.distributed.reconcile import expected_task
 
     connect(settings)
+    idle = [q for q, ws in serving(settings, spec).items() if not ws]
+    if idle:
+        how = "; ".join(f"farm worker --pool {q.split('.')[0]} --target {q.split('.')[1]}" for q in idle)
+        if require_workers:
+            raise FarmError(f"no live worker consumes {', '.join(idle)} (--require-workers): start one ({how}), "
+                            f"or pick a --target that a pool serves (farm workers)")
+        (warn or log.warning)(f"no live worker consumes {', '.join(idle)} now: the run waits for one ({how}; "
+                              "an autoscaled pool starts on its queue's length)")
     spec, created = save_run(store, spec)
+    # an op without a status record is queued (farm.distributed.runs): a new run writes none.
+    # Submitted again, each unfinished op gets the task it waits for (its reference task, or the
+    # chunk its checkpoint reached), so a resubmission also restarts what a dead worker held.
+    statuses = {} if created else read_statuses(store, spec.run, spec.source, spec.ops)
+    tasks = []
     for op in spec.ops:
-        if created:
-            update_op(store, spec.run, spec.source, op, phase="queued")
-        elif op_status(store, spec.run, spec.source, op).get("phase") in TERMINAL:
-            continue
-        enqueue_reference(spec, op, force)
+        st = statuses.get(op, {})
+        row = {"source": spec.source, "op": op, "phase": st.get("phase", "queued"), "chunk": st.get("chunk", 0)}
+        if row["phase"] not in TERMINAL:
+            tasks.append((op, None if expected_task(spec.run, row)[1] == "reference" else int(row["chunk"] or 0)))
+    publish_all(spec, tasks, force)
     return spec, created
 
 
@@ -104,13 +123,14 @@ def wait(store: Store, run: str, on_update: Callable[[dict], None] | None = None
         if view["status"] != "running":
             return view
         if deadline is not None and time.monotonic() > deadline:
-            raise FarmError(f"run {run} has not finished after {timeout_s:.0f} s (it goes on: farm status {run})")
+            raise WaitTimeout(f"run {run} has not finished after {timeout_s:.0f} s (--timeout); it goes on: "
+                              f"farm status {run}")
         time.sleep(POLL_S)
 
 
 def task_ids(spec: RunSpec) -> list[str]:
     """Every id the run's tasks can have: reference per op, and each possible search chunk."""
-    from farm.distributed.work import reference_task_id, search_task_id
+    from farm.distributed.publish import reference_task_id, search_task_id
 
     chunks = math.ceil(spec.max_tasks / spec.chunk_candidates) + 1
     return [tid for op in spec.ops for tid in
@@ -120,15 +140,38 @@ def task_ids(spec: RunSpec) -> list[str]:
 
 def cancel(settings: Settings, store: Store, run: str) -> dict[str, Any]:
     """Mark the run cancelled (every task checks before it works, and no chunk enqueues a
-    successor), and revoke its queued tasks on the live workers."""
+    successor), delete its waiting messages from the queues, and revoke the ones workers
+    already hold (a retry's countdown). Running chunks finish and checkpoint."""
+    from farm.distributed import broker
+    from farm.distributed.coord import Coordinator, redis_url
+
     doc = cancel_run(store, run)
     spec, _ = load_run(store, run)
-    revoked = True
+    removed = None
     try:
-        connect(settings).control.revoke(task_ids(spec))
+        app = connect(settings)
+        if settings.queue.broker_url.startswith(("redis://", "rediss://")):
+            client = Coordinator(redis_url(settings.queue), quick=True).r
+            queues = [queue_name("reference", spec.reference_target), queue_name("search", spec.target)]
+            removed = broker.remove_queued(client, queues, lambda tid: tid.startswith(f"{run}:"))
+            held = sorted({r.task_id for r in broker.reserved(client) if (r.task_id or "").startswith(f"{run}:")})
+        else:
+            held = task_ids(spec)  # AMQP: no way to list them; every id the run can have
+        if held:
+            app.control.revoke(held)
+        revoked = True
     except QueueError:
-        revoked = False  # the store's mark is what counts; revoking only saves a little work
-    return {"run": run, "cancelled_at": doc["cancelled_at"], "revoked": revoked}
+        revoked = False  # the store's mark is what counts: a task that starts sees it and stops
+    return {"run": run, "cancelled_at": doc["cancelled_at"], "revoked": revoked, "removed": removed}
+
+
+def serving(settings: Settings, spec: RunSpec) -> dict[str, list[str]]:
+    """queue -> live workers consuming it, for the run's two queues."""
+    from farm.distributed.coord import Coordinator, redis_url
+
+    live = Coordinator(redis_url(settings.queue), quick=True).live_workers()
+    queues = [queue_name("reference", spec.reference_target), queue_name("search", spec.target)]
+    return {q: sorted(w for w, qs in live.items() if q in qs) for q in queues}
 
 
 def workers(settings: Settings, timeout_s: float = 1.0) -> dict[str, Any]:

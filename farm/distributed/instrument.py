@@ -3,7 +3,7 @@ stamped when it is published (retries included), and the pool process that runs 
 queue wait, duration, outcome and redelivery, and which run and op it is busy with.
 
 Outcomes: ok; op_failed (the task ended by marking its op failed); skipped (done already,
-cancelled); retry (Celery will run it again: a busy op lock, a transient storage error);
+cancelled, stopped by a lapsed op lock); retry (Celery will run it again: a busy op lock, a transient storage error);
 error (an exception escaped the task).
 """
 
@@ -121,7 +121,7 @@ def outcome(state: str | None, retval: Any) -> str:
     if state == "SUCCESS":
         if isinstance(retval, dict) and retval.get("failed"):
             return "op_failed"
-        if isinstance(retval, dict) and retval.get("skipped"):
+        if isinstance(retval, dict) and (retval.get("skipped") or retval.get("stopped")):
             return "skipped"
         return "ok"
     if state == "RETRY":

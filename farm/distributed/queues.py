@@ -14,6 +14,7 @@ POOLS = ("reference", "search")
 REFERENCE_TASK = "farm.reference_op"
 SEARCH_TASK = "farm.search_chunk"
 PING_QUEUE = "farm"  # the default queue: control and the load bench's ping tasks
+DEVICE_ENV = "FARM_WORKER_DEVICE"  # set by `farm worker`: the device this worker owns, e.g. cuda:3
 
 
 class QueueError(FarmError):

@@ -1,9 +1,11 @@
 """A distributed run as the store keeps it; everything `farm status` shows comes from here.
 
-    runs/index.json                        every submitted run: when, source, target (--latest)
+    runs/index.json                        every run, local or submitted: when, source, target (farm.search.catalog)
     runs/<run>/run.json                    what was submitted (RunSpec), and a cancellation
     runs/<run>/<source>/<op>/status.json   where each op is: phase, worker, counts, best, error
     runs/<run>/<source>/<op>/state.json    the search checkpoint (farm.search.controller)
+    runs/<run>/changed.json                rewritten with every change to the run: readers that cache
+                                           (the exporter) re-read a run only when its sha256 moved
 
 status.json is written by the tasks (farm.distributed.work) through Store.update_json, so a status
 read never needs Redis and costs one small object per op.
@@ -12,19 +14,18 @@ read never needs Redis and costs one small object per op.
 from __future__ import annotations
 
 import datetime as _dt
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
 from farm.reference.manifest import now
-from farm.search import ledger
-from farm.search.controller import SearchConfig
+from farm.search import catalog, ledger
 from farm.storage import Store
 
-INDEX_KEY = "runs/index.json"
 TERMINAL = ("done", "failed", "cancelled")
-PHASES = ("queued", "reference", "searching") + TERMINAL
+PHASES = ("queued", "reference", "searching", "interrupted", "cancelling") + TERMINAL
 
 
 @dataclass
@@ -47,7 +48,9 @@ class RunSpec:
     timing_mode: str = "auto"  # events, graph, or auto (farm.evaluate.timing.choose_mode)
     created_at: str = field(default_factory=now)
 
-    def search_config(self) -> SearchConfig:
+    def search_config(self):
+        from farm.search.controller import SearchConfig  # torch: only a worker's search needs it
+
         return SearchConfig(max_tasks=self.max_tasks, max_concurrent=self.max_concurrent,
                             chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed,
                             flush=self.flush, timing_mode=self.timing_mode)
@@ -93,33 +96,48 @@ def save_run(store: Store, spec: RunSpec) -> tuple[RunSpec, bool]:
     key = run_key(spec.run)
     existed = store.exists(key)
     doc = store.update_json(key, mutate)
-    store.update_json(INDEX_KEY, lambda idx: {"runs": {**idx.get("runs", {}), spec.run: {
-        "created_at": doc["created_at"], "source": spec.source, "target": spec.target}}})
+    catalog.record(store, spec.run, "distributed", [spec.source], spec.target, created_at=doc["created_at"])
+    touch(store, spec.run)
     return RunSpec.from_dict(doc), not existed
+
+
+def touch(store: Store, run: str) -> None:
+    """Say that the run changed (one small whole-object write; the last writer wins, which is all
+    a reader needs: a new sha256)."""
+    store.put_bytes(f"runs/{run}/changed.json", f'{{"at": "{now()}", "id": "{uuid.uuid4().hex}"}}\n'.encode())
+
+
+def run_version(store: Store, run: str, entry: dict) -> tuple:
+    """Changes whenever the run's status can have changed (see `touch`)."""
+    stamp = store.head(f"runs/{run}/changed.json")
+    version = (stamp.sha256 if stamp else None, tuple(sorted((k, str(v)) for k, v in entry.items())))
+    if entry.get("kind") == "local":
+        led = store.head(ledger.key(run))
+        version += (led.sha256 if led else None,)
+    return version
 
 
 def load_run(store: Store, run: str) -> tuple[RunSpec, dict]:
     """The spec and the raw record (with cancelled_at)."""
     doc = store.read_json(run_key(run))
     if not doc:
-        raise FarmError(f"no run {run!r} in {store.url} (farm status lists runs with --json; farm submit makes one)")
+        raise FarmError(f"no run {run!r} in {store.url} (farm status --all lists the runs)")
     return RunSpec.from_dict(doc), doc
 
 
 def cancel_run(store: Store, run: str) -> dict:
     load_run(store, run)
-    return store.update_json(run_key(run), lambda doc: {**doc, "cancelled_at": doc.get("cancelled_at") or now()})
+    doc = store.update_json(run_key(run), lambda doc: {**doc, "cancelled_at": doc.get("cancelled_at") or now()})
+    touch(store, run)
+    return doc
 
 
 def list_runs(store: Store) -> dict[str, dict]:
-    return store.read_json(INDEX_KEY).get("runs", {})
+    return catalog.runs(store)
 
 
 def latest_run(store: Store) -> str:
-    runs = list_runs(store)
-    if not runs:
-        raise FarmError(f"no runs in {store.url}: farm submit makes one")
-    return max(runs, key=lambda name: (runs[name]["created_at"], name))
+    return catalog.latest(store)
 
 
 def update_op(store: Store, run: str, source: str, op: str, **changes: Any) -> dict:
@@ -132,39 +150,103 @@ def update_op(store: Store, run: str, source: str, op: str, **changes: Any) -> d
         started = doc.get("started_at") or (now() if new.get("phase") not in (None, "queued") else None)
         return {**doc, **new, "source": source, "op": op, "started_at": started, "updated_at": now()}
 
-    return store.update_json(status_key(run, source, op), mutate)
+    doc = store.update_json(status_key(run, source, op), mutate)
+    touch(store, run)
+    return doc
 
 
 def op_status(store: Store, run: str, source: str, op: str) -> dict:
     return store.read_json(status_key(run, source, op))
 
 
+READERS = 16  # status.json reads in flight: a run of thousands of ops on S3 is read in seconds
+
+
+def read_statuses(store: Store, run: str, source: str, ops: list[str]) -> dict[str, dict]:
+    """Every op's status.json, read concurrently (each is one small object)."""
+    if len(ops) < 2 * READERS:
+        return {op: op_status(store, run, source, op) for op in ops}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(READERS, thread_name_prefix="farm-status") as pool:
+        return dict(zip(ops, pool.map(lambda op: op_status(store, run, source, op), ops)))
+
+
 # ---------------------------------------------------------------- the view `farm status` prints
 
 
 def is_local(store: Store, run: str) -> bool:
-    """A run of `farm run` or `farm search` (in one process): a ledger, no run.json."""
-    return not store.exists(run_key(run)) and store.exists(ledger.key(run))
+    """A run of `farm run` or `farm search` (in one process): no run.json, but an index entry,
+    a ledger or an op's folder."""
+    if store.exists(run_key(run)):
+        return False
+    return catalog.entry(store, run).get("kind") == "local" or store.exists(ledger.key(run)) or any(
+        True for _ in store.list(f"runs/{validate_name(run, 'run')}/"))
+
+
+def _local_row(source: str, op: str, phase: str, **fields: Any) -> dict[str, Any]:
+    row = {"source": source, "op": op, "phase": phase, "reference": "local", "chunk": 0, "tried": 0, "passed": 0,
+           "best_speedup": None, "best_time_ms": None, "worker": "local", "redeliveries": 0, "started_at": None,
+           "updated_at": None, "error": "", "verdicts": {}}
+    return {**row, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def _from_ledger(name: str, entry: dict) -> dict[str, Any]:
+    result = entry.get("result", {})
+    source, _, op = name.partition("/")
+    return _local_row(source, op, "done" if entry.get("status") == "done" else "failed",
+                      tried=result.get("submitted", 0), passed=result.get("passed", 0),
+                      best_speedup=result.get("speedup_vs_model"), best_time_ms=result.get("best_time_ms"),
+                      updated_at=entry.get("updated_at"), error=result.get("error", ""))
+
+
+def _from_folder(store: Store, run: str, source: str, op: str, files: set[str], alive: bool | None) -> dict:
+    """An op the ledger does not list: a `farm search --op` (its report), or one in progress or
+    interrupted (its checkpoint)."""
+    base = f"runs/{run}/{source}/{op}/"
+    if "report.json" in files:
+        rep = store.read_json(base + "report.json")
+        best = rep.get("best") or {}
+        return _local_row(source, op, "failed" if rep.get("status") == "failed" else "done",
+                          tried=rep.get("submitted", 0), passed=rep.get("passed", 0),
+                          best_speedup=best.get("speedup_vs_model"), best_time_ms=best.get("time_ms"),
+                          started_at=rep.get("started_at"), updated_at=rep.get("finished_at"),
+                          error=rep.get("error", ""))
+    state = store.read_json(base + "state.json")
+    records = state.get("db", {}).get("records", [])
+    return _local_row(source, op, "interrupted" if alive is False else "searching", chunk=state.get("chunks_done", 0),
+                      tried=len(records), passed=sum(1 for r in records if r.get("verdict") == "pass"),
+                      started_at=state.get("started_at"),
+                      error="the process searching it ended: run the same command again to resume" if alive is False
+                      else "")
 
 
 def summarize_local(store: Store, run: str) -> dict[str, Any]:
-    """The status view of a local run, from its ledger (the ops it finished)."""
-    rows = []
-    for name, entry in sorted(ledger.read(store, run).items()):
-        result = entry.get("result", {})
-        source, _, op = name.partition("/")
-        rows.append({"source": source, "op": op, "phase": "done" if entry.get("status") == "done" else "failed",
-                     "reference": "ok", "chunk": 0, "tried": result.get("submitted", 0),
-                     "passed": result.get("passed", 0), "best_speedup": result.get("speedup_vs_model"),
-                     "best_time_ms": result.get("best_time_ms"), "worker": "local", "redeliveries": 0,
-                     "started_at": None, "updated_at": entry.get("updated_at"), "error": result.get("error", ""),
-                     "verdicts": {}})
-    count = lambda phase: sum(1 for r in rows if r["phase"] == phase)  # noqa: E731
-    totals = {"ops": len(rows), "done": count("done"), "failed": count("failed"), "cancelled": 0,
-              "finished": len(rows), "searching": 0, "tried": sum(r["tried"] for r in rows),
-              "passed": sum(r["passed"] for r in rows), "budget": "-"}
-    return {"run": run, "store": store.url, "status": "finished", "spec": {"local": True}, "created_at": None,
-            "cancelled_at": None, "totals": totals, "eta_s": 0.0, "ops": rows}
+    """The status view of a local run: finished ops from its ledger, the others (a single-op
+    search, an op in progress or interrupted) from their folders."""
+    entry = catalog.entry(store, run)
+    alive = catalog.process_alive(entry)
+    done = ledger.read(store, run)
+    rows = {name: _from_ledger(name, e) for name, e in done.items()}
+    if not entry.get("planned") or len(rows) < entry["planned"]:
+        for (source, op), files in catalog.op_files(store, run, ("report.json", "state.json")).items():
+            if f"{source}/{op}" not in rows:
+                rows[f"{source}/{op}"] = _from_folder(store, run, source, op, files, alive)
+    ops = [rows[k] for k in sorted(rows)]
+    if not ops and not entry:
+        raise FarmError(f"no run {run!r} in {store.url} (farm status --all lists the runs)")
+    count = lambda phase: sum(1 for r in ops if r["phase"] == phase)  # noqa: E731
+    planned = max(entry.get("planned") or 0, len(ops))
+    finished = sum(1 for r in ops if r["phase"] in TERMINAL)
+    status = ("finished" if finished == planned else "interrupted" if alive is False else "running")
+    totals = {"ops": planned, "done": count("done"), "failed": count("failed"), "cancelled": 0,
+              "finished": finished, "searching": count("searching"), "tried": sum(r["tried"] for r in ops),
+              "passed": sum(r["passed"] for r in ops), "budget": "-"}
+    spec = {"local": True, "source": entry.get("source") or ",".join(sorted({r["source"] for r in ops})),
+            "target": entry.get("target", "?")}
+    return {"run": run, "store": store.url, "status": status, "kind": "local", "spec": spec,
+            "created_at": entry.get("created_at"), "cancelled_at": None, "totals": totals,
+            "eta_s": 0.0 if status == "finished" else None, "ops": ops}
 
 
 def summarize(store: Store, run: str) -> dict[str, Any]:
@@ -172,21 +254,29 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
     if is_local(store, run):
         return summarize_local(store, run)
     spec, doc = load_run(store, run)
+    statuses = read_statuses(store, run, spec.source, spec.ops)
     rows = []
     for op in spec.ops:
-        st = op_status(store, run, spec.source, op)
-        phase = st.get("phase", "queued")
+        st = statuses[op]
+        stored = phase = st.get("phase", "queued")
         if doc.get("cancelled_at") and phase not in TERMINAL:
-            phase = "cancelled"
-        rows.append({"source": spec.source, "op": op, "phase": phase, "reference": st.get("reference", "-"),
+            # a chunk that runs finishes and checkpoints first; the tasks clear `running` at the end
+            phase = "cancelling" if st.get("running") else "cancelled"
+        rows.append({"source": spec.source, "op": op, "phase": phase, "stored_phase": stored,
+                     "reference": st.get("reference", "-"),
                      "chunk": st.get("chunk", 0), "tried": st.get("tried", 0), "passed": st.get("passed", 0),
                      "best_speedup": st.get("best_speedup"), "best_time_ms": st.get("best_time_ms"),
                      "worker": st.get("worker", ""), "redeliveries": st.get("redeliveries", 0),
                      "started_at": st.get("started_at"), "updated_at": st.get("updated_at"),
-                     "error": st.get("error", ""), "verdicts": st.get("verdicts", {})})
+                     "error": st.get("error", ""), "verdicts": st.get("verdicts", {}), "running": st.get("running"),
+                     "recovered": st.get("recovered", [])})
     totals = _totals(rows, spec)
-    status = "cancelled" if doc.get("cancelled_at") else ("finished" if totals["finished"] == len(rows) else "running")
-    return {"run": run, "store": store.url, "status": status, "spec": spec.params(), "created_at": spec.created_at,
+    if doc.get("cancelled_at"):
+        status = "cancelling" if any(r["phase"] == "cancelling" for r in rows) else "cancelled"
+    else:
+        status = "finished" if totals["finished"] == len(rows) else "running"
+    return {"run": run, "store": store.url, "status": status, "kind": "distributed", "spec": spec.params(),
+            "created_at": spec.created_at,
             "cancelled_at": doc.get("cancelled_at"), "totals": totals, "eta_s": _eta(rows, spec, totals),
             "ops": rows}
 

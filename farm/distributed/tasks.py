@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from farm.distributed.celery_app import app
 from farm.distributed.queues import REFERENCE_TASK, SEARCH_TASK
+from farm.distributed.coord import BACKOFF_MAX_S, BACKOFF_S, Transient
 
 
 def _delivery(task):
@@ -21,11 +22,19 @@ def _run(task, fn, *args):
 
     try:
         return fn(_delivery(task), *args)
-    except Retry as exc:
+    except Retry as exc:  # a fixed wait (a busy op lock, a soft time limit), not an error's backoff
         raise task.retry(countdown=exc.countdown, exc=exc, max_retries=None) from None
 
 
-@app.task(name=REFERENCE_TASK, bind=True, max_retries=None)
+# Transient errors (store or broker unreachable) are retried by Celery with exponential backoff
+# and full jitter, so that after an outage the fleet does not come back in one thundering herd;
+# farm.distributed.work counts them and fails the op past MAX_ERROR_RETRIES, with the reason, so
+# Celery's own cap stays off. Results go nowhere: tasks write to the store, nobody reads them.
+RETRIES = {"autoretry_for": (Transient,), "retry_backoff": BACKOFF_S, "retry_backoff_max": BACKOFF_MAX_S,
+           "retry_jitter": True, "max_retries": None, "ignore_result": True}
+
+
+@app.task(name=REFERENCE_TASK, bind=True, **RETRIES)
 def reference_op(self, run: str, source: str, op: str, force: bool = False) -> dict:
     """Reference data for one op, then its first search chunk."""
     from farm.distributed import work
@@ -33,7 +42,7 @@ def reference_op(self, run: str, source: str, op: str, force: bool = False) -> d
     return _run(self, work.reference_op, run, source, op, force)
 
 
-@app.task(name=SEARCH_TASK, bind=True, max_retries=None)
+@app.task(name=SEARCH_TASK, bind=True, **RETRIES)
 def search_chunk(self, run: str, source: str, op: str, chunk: int) -> dict:
     """One bounded chunk of an op's search, from its checkpoint; then the next chunk."""
     from farm.distributed import work

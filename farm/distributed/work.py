@@ -9,7 +9,12 @@ Delivery rules, the same for both kinds of task:
   worker dies and the lock lapses;
 - a redelivered message (its worker died, or a hard time limit) is counted; past
   queue.max_redeliveries the op is marked failed instead of being tried forever;
-- storage or broker unreachable: retried with backoff, MAX_ERROR_RETRIES times;
+- storage or broker unreachable: `Transient`, which Celery retries (autoretry_for, exponential
+  backoff with full jitter, so a fleet does not come back all at once after an outage),
+  MAX_ERROR_RETRIES times, then the op fails with the reason;
+- the op's lock lapsed under a running task (`OpLock.lost`: Redis lost it, or could not be
+  reached for queue.lock_ttl_s): the chunk stops at its next candidate and neither
+  checkpoints nor enqueues; a copy that holds the lock now, or the reconciler, goes on;
 - any other error fails the op with its message; nothing is left hanging.
 
 A search chunk resumes from the op's checkpoint, runs one bounded chunk (queue.chunk_candidates
@@ -32,8 +37,9 @@ from kombu.exceptions import OperationalError
 
 from farm.config import Settings, load_settings
 from farm.corpus import tasks as corpus
-from farm.distributed.coord import Coordinator, redis_url
-from farm.distributed.queues import REFERENCE_TASK, SEARCH_TASK, queue_name
+from farm.distributed.coord import BACKOFF_MAX_S, BACKOFF_S, Coordinator, OpLock, Transient, redis_url
+from farm.distributed.publish import enqueue_reference, enqueue_search, reference_task_id, search_task_id  # noqa: F401
+from farm.distributed.queues import DEVICE_ENV, queue_name
 from farm.distributed.runs import RunSpec, load_run, update_op
 from farm.errors import FarmError, IntegrityError, StorageError
 from farm.generators import load_generator
@@ -49,7 +55,6 @@ log = logging.getLogger(__name__)
 
 MAX_ERROR_RETRIES = 10  # storage/broker errors per task before its op is failed
 LOCK_WAIT_S = 5.0  # a copy that finds its op locked tries again after this
-DEVICE_ENV = "FARM_WORKER_DEVICE"  # set by `farm worker`: the device this worker owns, e.g. cuda:3
 
 
 class OpFailed(FarmError):
@@ -57,11 +62,16 @@ class OpFailed(FarmError):
 
 
 class Retry(Exception):
-    """Run this task again later (the Celery task raises self.retry)."""
+    """Run this task again after a fixed wait (a busy lock, a soft time limit): the Celery task
+    raises self.retry with this countdown."""
 
     def __init__(self, countdown: float, reason: str):
         super().__init__(reason)
         self.countdown = countdown
+
+
+class LockLost(Exception):
+    """The op's lock lapsed while this task held it: stop, leave the op to whoever holds it now."""
 
 
 @dataclass
@@ -71,14 +81,6 @@ class Delivery:
     task_id: str
     hostname: str
     redelivered: bool = False
-
-
-def reference_task_id(run: str, source: str, op: str) -> str:
-    return f"{run}:{source}:{op}:reference"
-
-
-def search_task_id(run: str, source: str, op: str, chunk: int) -> str:
-    return f"{run}:{source}:{op}:search:{chunk}"
 
 
 # ---------------------------------------------------------------- per-process context
@@ -101,7 +103,8 @@ def env() -> _Env:
     with _env_lock:
         if _env is None:
             settings = load_settings()[0]
-            _env = _Env(settings, open_store(settings.store, settings), Coordinator(redis_url(settings.queue)))
+            _env = _Env(settings, open_store(settings.store, settings),
+                        Coordinator(redis_url(settings.queue), settings.queue.lock_ttl_s))
         return _env
 
 
@@ -117,28 +120,6 @@ def worker_device(target: str) -> DeviceSpec:
     return spec
 
 
-# ---------------------------------------------------------------- enqueueing
-
-
-# By task name, not through the task objects: farm.distributed.tasks wraps this module, and a
-# name is also what a worker of another version still understands.
-def enqueue_reference(spec: RunSpec, op: str, force: bool) -> str:
-    from farm.distributed.celery_app import app
-
-    task_id = reference_task_id(spec.run, spec.source, op)
-    app.send_task(REFERENCE_TASK, (spec.run, spec.source, op, force), task_id=task_id,
-                  queue=queue_name("reference", spec.reference_target))
-    return task_id
-
-
-def enqueue_search(spec: RunSpec, source: str, op: str, chunk: int) -> str:
-    from farm.distributed.celery_app import app
-
-    task_id = search_task_id(spec.run, source, op, chunk)
-    app.send_task(SEARCH_TASK, (spec.run, source, op, chunk), task_id=task_id, queue=queue_name("search", spec.target))
-    return task_id
-
-
 # ---------------------------------------------------------------- the frame both tasks share
 
 TRANSIENT = (StorageError, redis.ConnectionError, redis.TimeoutError, OperationalError)
@@ -149,7 +130,7 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def run_task(kind: str, delivery: Delivery, run: str, source: str, op: str,
-             body: Callable[[_Env, RunSpec], dict[str, Any]]) -> dict[str, Any]:
+             body: Callable[[_Env, RunSpec, OpLock], dict[str, Any]]) -> dict[str, Any]:
     """Dedup, lock, cap redeliveries, check cancellation, run `body`, mark done; map errors."""
     from celery.exceptions import SoftTimeLimitExceeded
 
@@ -161,15 +142,16 @@ def run_task(kind: str, delivery: Delivery, run: str, source: str, op: str,
             e.coord.count("redelivered", delivery.task_id)
         lock = e.coord.lock(f"{run}:{source}:{op}", delivery.hostname)
         if not lock.acquire():
-            raise Retry(LOCK_WAIT_S, f"{source}/{op} of run {run} is busy on {lock.holder()}")
+            return _busy(e, delivery, run, source, op, lock)
+        e.coord.forget("busy", delivery.task_id)
     except TRANSIENT as exc:  # Redis gone for longer than its client retries
-        raise Retry(30.0, str(exc)) from None
+        raise Transient(str(exc)) from None
     try:
         if e.coord.is_done(delivery.task_id):  # finished while we waited for the lock
             return {"task": delivery.task_id, "skipped": "done already"}
         spec, doc = load_run(e.store, run)
         if doc.get("cancelled_at"):
-            update_op(e.store, run, source, op, phase="cancelled")
+            update_op(e.store, run, source, op, phase="cancelled", running=None)
             return _finish(e, delivery, {"skipped": "cancelled"})
         redeliveries = e.coord.counter("redelivered", delivery.task_id)
         if redeliveries:
@@ -178,17 +160,32 @@ def run_task(kind: str, delivery: Delivery, run: str, source: str, op: str,
             return _fail(e, delivery, run, source, op, f"{kind} task {delivery.task_id} was delivered "
                          f"{redeliveries + 1} times: its worker died or hit the time limit each time "
                          f"(queue.max_redeliveries={e.settings.queue.max_redeliveries})")
-        return _finish(e, delivery, body(e, spec))
+        return _finish(e, delivery, body(e, spec, lock))
+    except LockLost as exc:
+        log.error("%s stopped: %s", delivery.task_id, exc)
+        return {"task": delivery.task_id, "stopped": str(exc)}  # no done mark: the task may run again
     except SoftTimeLimitExceeded:
         n = e.coord.count("redelivered", delivery.task_id)
         log.warning("%s hit its soft time limit (%d); it runs again from the last checkpoint", delivery.task_id, n)
         raise Retry(0, "soft time limit") from None
-    except Retry:
+    except (Retry, Transient):
         raise
     except Exception as exc:  # noqa: BLE001 - every failure ends as a retry or a failed op, never a hang
         return _handle_error(e, delivery, run, source, op, exc)
     finally:
         lock.release()
+
+
+def _busy(e: _Env, delivery: Delivery, run: str, source: str, op: str, lock: OpLock) -> dict[str, Any]:
+    """Another copy holds the op. A dead holder's lock lapses within queue.lock_ttl_s, so a copy
+    that still finds it held after twice that waits on a live holder, which carries the op's
+    chain on: the copy is a duplicate and goes (no done mark; the reconciler is the backstop)."""
+    holder = lock.holder()
+    waits = e.coord.count("busy", delivery.task_id)
+    if holder and waits * LOCK_WAIT_S > 2 * e.settings.queue.lock_ttl_s + LOCK_WAIT_S:
+        e.coord.forget("busy", delivery.task_id)
+        return {"task": delivery.task_id, "skipped": f"duplicate: {source}/{op} of run {run} runs on {holder}"}
+    raise Retry(LOCK_WAIT_S, f"{source}/{op} of run {run} is busy on {holder}")
 
 
 def _finish(e: _Env, delivery: Delivery, result: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +195,7 @@ def _finish(e: _Env, delivery: Delivery, result: dict[str, Any]) -> dict[str, An
 
 def _fail(e: _Env, delivery: Delivery, run: str, source: str, op: str, error: str) -> dict[str, Any]:
     log.error("%s/%s of run %s failed: %s", source, op, run, error)
-    update_op(e.store, run, source, op, phase="failed", error=error[-2000:], finished_at=now())
+    update_op(e.store, run, source, op, phase="failed", error=error[-2000:], finished_at=now(), running=None)
     return _finish(e, delivery, {"failed": error[-500:]})
 
 
@@ -207,18 +204,18 @@ def _handle_error(e: _Env, delivery: Delivery, run: str, source: str, op: str, e
         try:
             n = e.coord.count("errors", delivery.task_id)
         except TRANSIENT:  # Redis is what is missing: nothing to count with
-            raise Retry(30.0, str(exc)) from None
+            raise Transient(str(exc)) from None
         if n <= MAX_ERROR_RETRIES:
-            countdown = min(2.0 ** n, 120.0)
-            log.warning("%s: %s; retry %d/%d in %.0f s", delivery.task_id, exc, n, MAX_ERROR_RETRIES, countdown)
-            raise Retry(countdown, str(exc)) from None
+            log.warning("%s: %s; retry %d/%d in up to %.0f s (backoff with jitter)", delivery.task_id, exc, n,
+                        MAX_ERROR_RETRIES, min(BACKOFF_S * 2.0 ** (n - 1), BACKOFF_MAX_S))
+            raise Transient(str(exc)) from None
     elif not isinstance(exc, FarmError):
         log.exception("%s failed", delivery.task_id)
     try:
         return _fail(e, delivery, run, source, op, str(exc) if isinstance(exc, FarmError)
                      else f"{type(exc).__name__}: {exc}")
     except TRANSIENT as again:  # cannot even record the failure: try the whole task later
-        raise Retry(30.0, str(again)) from None
+        raise Transient(str(again)) from None
 
 
 # ---------------------------------------------------------------- reference
@@ -228,17 +225,20 @@ def reference_op(delivery: Delivery, run: str, source: str, op: str, force: bool
     """Reference data for one op on this worker's device (skipped when the stored .pt is
     current), then the op's first search chunk on search.<target>."""
 
-    def body(e: _Env, spec: RunSpec) -> dict[str, Any]:
+    def body(e: _Env, spec: RunSpec, lock: OpLock) -> dict[str, Any]:
         device = worker_device(spec.reference_target)
         [ref] = corpus.find_tasks(e.settings, [source], [op])
-        update_op(e.store, run, source, op, phase="reference", reference="running", worker=delivery.hostname)
+        update_op(e.store, run, source, op, phase="reference", reference="running", worker=delivery.hostname,
+                  running=delivery.task_id)
         [entry] = generate_references([ref], e.store, device, spec.reference_seed, spec.shapes,
                                       e.settings.reference.timeout_s, force=force,
                                       cases=reference_cases(e.settings.reference.cases, device))
         if not entry.get("success"):
             raise OpFailed(f"reference data ({entry.get('stage')}): {entry.get('error')}")
+        if lock.lost:
+            raise LockLost("the op's lock lapsed while its reference data was made")
         made = "current" if entry.get("skipped") else "generated"
-        update_op(e.store, run, source, op, phase="searching", reference=made)
+        update_op(e.store, run, source, op, phase="searching", reference=made, running=None)
         nxt = enqueue_search(spec, source, op, 0)
         return {"reference": made, "sha256": entry.get("sha256"), "next": nxt}
 
@@ -284,24 +284,32 @@ def _progress(search: OpSearch) -> dict[str, Any]:
 def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int) -> dict[str, Any]:
     """One bounded chunk of the op's search, resumed from its checkpoint; then the next chunk."""
 
-    def body(e: _Env, spec: RunSpec) -> dict[str, Any]:
+    def body(e: _Env, spec: RunSpec, lock: OpLock) -> dict[str, Any]:
         device = worker_device(spec.target)
         [ref] = corpus.find_tasks(e.settings, [source], [op])
         data = load_reference(e.store, source, op)
         events = CandidateLog(run, source, op, spec.target)
         search = ChunkSearch(ref, data, e.store, run, spec.target, [device],
                              [load_generator(g) for g in spec.generators], spec.search_config(),
-                             on_event=events, chunk_seconds=e.settings.queue.chunk_time_limit_s / 2)
+                             on_event=events, chunk_seconds=e.settings.queue.chunk_time_limit_s / 2,
+                             cancel=lock.lost_event)  # a lapsed lock stops the chunk at its next candidate
         state = search.restore()
         if state and state["status"] != "done" and search.chunks_done > chunk:
             # this chunk was done by an earlier delivery that died before its done mark:
             # make sure its continuation exists (a duplicate of it is harmless)
             return {"chunk": chunk, "next": enqueue_search(spec, source, op, search.chunks_done)}
-        update_op(e.store, run, source, op, phase="searching", worker=delivery.hostname)
+        update_op(e.store, run, source, op, phase="searching", worker=delivery.hostname, running=delivery.task_id)
         started = time.monotonic()
-        outcome = search.step(max_chunks=1)
+        try:
+            outcome = search.step(max_chunks=1)
+        except KeyboardInterrupt:
+            if not lock.lost:
+                raise
+            raise LockLost(f"the op's lock lapsed during chunk {chunk}: stopped before its checkpoint") from None
         events.chunk_done(time.monotonic() - started)
-        progress = _progress(search)
+        if lock.lost:  # checkpointed, but another copy may be on it now: it enqueues what follows
+            raise LockLost(f"the op's lock lapsed during chunk {chunk}, after its checkpoint")
+        progress = {**_progress(search), "running": None}
         if outcome is not None:
             phase = "failed" if outcome.status == "failed" else "done"
             update_op(e.store, run, source, op, phase=phase, outcome=outcome.as_dict(), error=outcome.error,

@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.distributed.queues import queue_name
-from farm.distributed.work import DEVICE_ENV
+from farm.distributed.queues import DEVICE_ENV, queue_name
 from farm.errors import FarmError
 from farm.observe import metrics
 from farm.observe.metrics import MULTIPROC_ENV, QUEUES_ENV, SLOT_ENV
@@ -100,8 +99,9 @@ class Supervisor:
     gives back what it had not started); a second signal makes it a cold shutdown."""
 
     def __init__(self, specs: list[WorkerSpec], env: dict[str, str], metrics_port: int = 0,
-                 metrics_addr: str = "0.0.0.0"):
+                 metrics_addr: str = "0.0.0.0", settings=None):
         self.specs = specs
+        self.settings = settings  # with queue.reconcile_interval_s > 0: this supervisor takes reconciler turns
         self.env = env
         self.metrics_port = metrics_port
         self.metrics_addr = metrics_addr
@@ -133,11 +133,18 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._signal)
         signal.signal(signal.SIGINT, self._signal)
         server = self._serve_metrics()
+        loop = None
+        if self.settings is not None and self.settings.queue.reconcile_interval_s > 0:
+            from farm.distributed.reconcile import Loop
+
+            loop = Loop(self.settings, f"{self.specs[0].hostname}/{os.getpid()}").start()
         try:
             for spec in self.specs:
                 self._start(spec)
             return self._watch()
         finally:
+            if loop is not None:
+                loop.stop()
             if server is not None:
                 server.shutdown()
             if self.metrics_dir is not None:

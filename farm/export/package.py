@@ -74,12 +74,10 @@ def select(store: Store, run: str | None = None, target: str | None = None, sour
 
 
 def latest(store: Store) -> str:
-    """--latest: the newest run `farm submit` recorded (`farm run` runs are named with --run)."""
-    from farm.distributed.runs import latest_run, list_runs
+    """--latest: the run started last, local or distributed, as every command takes it."""
+    from farm.search import catalog
 
-    if not list_runs(store):
-        raise FarmError(f"--latest: no submitted runs in {store.url}; name a `farm run` run with --run")
-    return latest_run(store)
+    return catalog.latest(store)
 
 
 # ---------------------------------------------------------------- the package

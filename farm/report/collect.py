@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.errors import FarmError
+from farm.search import catalog
 from farm.storage import Store
 
 RUNS = "runs/"
@@ -123,10 +124,8 @@ def _later(a: str | None, b: str | None) -> str | None:
 
 
 def latest_run(store: Store) -> str:
-    runs = {k: v for k, v in run_names(store).items() if v}
-    if not runs:
-        raise FarmError(f"no finished or submitted run in {store.url}: `farm run` or `farm submit` makes one")
-    return max(runs, key=lambda name: (runs[name], name))
+    """--latest: the run started last, local or distributed, as every command takes it."""
+    return catalog.latest(store)
 
 
 # ---------------------------------------------------------------- reading one run
@@ -149,12 +148,7 @@ def load_run(store: Store, run: str) -> RunView:
 
 
 def _op_dirs(store: Store, run: str) -> dict[tuple[str, str], set[str]]:
-    found: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for info in store.list(f"{RUNS}{run}/"):
-        parts = info.key.split("/")
-        if len(parts) == 5 and parts[4] in OP_FILES:
-            found[(parts[2], parts[3])].add(parts[4])
-    return found
+    return catalog.op_files(store, run, OP_FILES)
 
 
 def _load_op(store: Store, run: str, source: str, op: str, ledger: dict | None, files: set[str],

@@ -20,7 +20,7 @@ from farm.errors import FarmError, IntegrityError
 from farm.generators import Generator
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
-from farm.search import ledger
+from farm.search import catalog, ledger
 from farm.search.controller import OpOutcome, SearchConfig, search_op
 from farm.storage import Store
 from farm.targets import DeviceSpec
@@ -70,6 +70,7 @@ def search_batch(
     """Every op: skipped per the ledger, or searched and recorded. Returns one row per op, in
     the order of `refs`."""
     on_op = on_op or (lambda phase, row: None)
+    catalog.record(store, run, "local", [r.source for r in refs], target, planned=len(refs))
     done = ledger.read(store, run)
     rows: dict[str, dict] = {}
     todo = []

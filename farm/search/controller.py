@@ -27,7 +27,7 @@ from farm.evaluate.sandbox import close_all
 from farm.generators import Context, Generator, Proposal
 from farm.reference.manifest import now
 from farm.observe import metrics
-from farm.search import pipeline, results, selection
+from farm.search import catalog, pipeline, results, selection
 from farm.search.database import Database, Record, normalized_hash
 from farm.storage import Store
 from farm.storage.base import dump_json
@@ -508,6 +508,7 @@ def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, 
               cancel: threading.Event | None = None) -> OpOutcome:
     """Search one op; errors of the task or its reference data become a `failed` outcome."""
     try:
+        catalog.record(store, run, "local", [task_ref.source], target)  # farm status and --latest know it
         return OpSearch(task_ref, ref_data, store, run, target, devices, generators, config, eval_settings,
                         on_event, evaluator_factory, cancel).run(force=force)
     except FarmError as exc:

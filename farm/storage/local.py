@@ -207,9 +207,10 @@ class FileStore(Store):
         return self._read_checked(key, read)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        if not self.root.is_dir():
+        start = self._list_root(prefix)
+        if start is None or not start.is_dir():
             return
-        for path in sorted(self.root.rglob("*")):
+        for path in sorted(start.rglob("*")):
             rel = path.relative_to(self.root).as_posix()
             if not path.is_file() or any(part.startswith(".") for part in rel.split("/")):
                 continue
@@ -218,6 +219,17 @@ class FileStore(Store):
                 info = self.head(key)
                 if info is not None:
                     yield info
+
+    def _list_root(self, prefix: str) -> Path | None:
+        """The deepest folder that holds every key under `prefix`: a listing of one run walks
+        that run's folder, not the whole store. None where no key can match."""
+        if not prefix.startswith(self.strip_prefix) and not self.strip_prefix.startswith(prefix):
+            return None
+        rel = prefix[len(self.strip_prefix):] if prefix.startswith(self.strip_prefix) else ""
+        folder = rel.rpartition("/")[0]
+        if folder and any(seg in ("", ".", "..") for seg in folder.split("/")):
+            return self.root
+        return self.root / folder if folder else self.root
 
     # ------------------------------------------------------------ JSON documents
 

@@ -13,6 +13,7 @@ from farm.distributed.exporter import FarmCollector, registry, run_views
 from farm.distributed.runs import RunSpec, save_run, update_op
 from farm.storage import open_store
 from tests.redis_server import redis_server  # noqa: F401
+from tests.s3_server import flaky_proxy, s3_server  # noqa: F401
 
 pytest.importorskip("celery")
 
@@ -49,7 +50,9 @@ def test_queue_lengths_by_priority_and_reserved(broker):
         app.send_task("farm.ping", queue="search.ascend")
         message = held.get(timeout=5)
         settings = load_settings()[0]
-        reg = registry(settings, open_store(settings.store, settings))
+        collector = FarmCollector(settings, open_store(settings.store, settings))
+        reg = registry(settings, None, collector)
+        collector.refresh()
         got = samples(reg)
         q = lambda queue, prio: got[("farm_queue_messages", (("priority", str(prio)), ("queue", queue)))]  # noqa: E731
         assert [q("search.cpu", p) for p in (0, 3, 6, 9)] == [2, 1, 0, 1]  # kombu rounds 5 down to the step 3
@@ -58,6 +61,8 @@ def test_queue_lengths_by_priority_and_reserved(broker):
         assert got[("farm_queue_reserved_messages", (("queue", "search.cpu"),))] == 0
         message.ack()
         held.close()
+    assert samples(reg)[("farm_queue_reserved_messages", (("queue", "search.ascend"),))] == 1  # served from the cache
+    collector.refresh("broker")
     assert samples(reg)[("farm_queue_reserved_messages", (("queue", "search.ascend"),))] == 0
 
 
@@ -86,14 +91,23 @@ def test_run_progress_and_the_finished_window(broker, tmp_path):
     assert [v["run"] for v in run_views(store, 24.0, now=later)] == ["live"]
 
 
-def test_a_broker_outage_is_counted_not_fatal(broker, tmp_path):
-    server, _app = broker
+def test_a_broker_outage_keeps_the_last_series_and_says_so(broker, tmp_path):
+    server, app = broker
     settings = load_settings()[0]
-    collector = FarmCollector(settings, open_store(settings.store, settings))
+    store = open_store(settings.store, settings)
+    save_run(store, _spec("live", ["row_sum"]))
+    app.send_task("farm.ping", queue="search.cpu")
+    collector = FarmCollector(settings, store)
+    reg = registry(settings, store, collector)
+    collector.refresh()
     server.stop()
-    names = {m.name for m in collector.collect()}
-    assert "farm_queue_messages" not in names and "farm_run_info" in names
-    assert collector.errors["broker"] == 1
+    collector.refresh()
+    got = samples(reg)
+    assert got[("farm_queue_messages", (("priority", "0"), ("queue", "search.cpu")))] == 1  # the last it read
+    assert got[("farm_exporter_source_up", (("part", "broker"),))] == 0
+    assert got[("farm_exporter_source_up", (("part", "store"),))] == 1
+    assert got[("farm_exporter_errors_total", (("part", "broker"),))] == 1 and collector.errors["store"] == 0
+    assert ("farm_run_info", (("run", "live"), ("source", "demo"), ("status", "running"), ("target", "cpu"))) in got
 
 
 def test_exporter_once_prints_metrics_and_json(cli, broker):
@@ -147,3 +161,140 @@ def test_amqp_queue_lengths_from_a_real_rabbitmq():
         finally:
             queue.queue.delete()
             queue.close()
+
+
+# ---------------------------------------------------------------- a store that fails or hangs
+
+
+class Silent:
+    """A TCP server that accepts every connection and never answers: a hung S3."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def s3_store_env(broker, s3_server, monkeypatch):  # noqa: F811
+    def use(endpoint: str):
+        monkeypatch.setenv("FARM_STORE", f"s3://{s3_server.bucket}/farm")
+        monkeypatch.setenv("FARM_S3_ENDPOINT_URL", endpoint)
+        for key, value in {"MAX_ATTEMPTS": "1", "CONNECT_TIMEOUT_S": "1", "READ_TIMEOUT_S": "3"}.items():
+            monkeypatch.setenv(f"FARM_S3_{key}", value)
+        settings = load_settings()[0]
+        return settings, open_store(settings.store, settings)
+
+    return use
+
+
+def test_a_store_that_refuses_keeps_the_run_series_and_shows_as_its_own_metric(s3_store_env, flaky_proxy,  # noqa: F811
+                                                                               broker):
+    _server, app = broker
+    settings, store = s3_store_env(flaky_proxy.endpoint)
+    save_run(store, _spec("live", ["row_sum"]))
+    update_op(store, "live", "demo", "row_sum", phase="searching", tried=3)
+    collector = FarmCollector(settings, store)
+    reg = registry(settings, store, collector)
+    collector.refresh()
+    flaky_proxy.stop()  # connections refused from now on
+    app.send_task("farm.ping", queue="search.cpu")
+    collector.refresh()
+    got = samples(reg)
+    assert got[("farm_run_candidates", (("run", "live"),))] == 3  # the run's series stay, as last read
+    assert got[("farm_exporter_source_up", (("part", "store"),))] == 0
+    assert got[("farm_exporter_errors_total", (("part", "store"),))] == 1
+    assert got[("farm_queue_messages", (("priority", "0"), ("queue", "search.cpu")))] == 1  # the broker is read
+    assert got[("farm_exporter_source_up", (("part", "broker"),))] == 1
+
+
+def test_a_hung_store_blocks_neither_the_scrape_nor_the_queue_lengths(s3_store_env, broker):
+    """S3 accepts connections and never answers: the store's loop waits for its read timeout,
+    scrapes answer at once from the cache, and queue lengths keep being read."""
+    _server, app = broker
+    hung = Silent()
+    try:
+        settings, store = s3_store_env(f"http://127.0.0.1:{hung.port}")
+        collector = FarmCollector(settings, store).start()
+        reg = registry(settings, store, collector)
+        app.send_task("farm.ping", queue="search.cpu")
+        deadline = time.monotonic() + 10
+        while collector.parts["broker"].ok_at is None or time.time() - collector.parts["broker"].ok_at > 1:
+            assert time.monotonic() < deadline, "the broker's loop never refreshed"
+            time.sleep(0.1)
+        for _ in range(3):
+            started = time.monotonic()
+            text = collector.render().decode()  # what the endpoint sends
+            assert time.monotonic() - started < 1.0
+            time.sleep(0.3)
+        assert 'farm_queue_messages{priority="0",queue="search.cpu"} 1.0' in text
+        assert 'farm_exporter_source_up{part="store"} 0.0' in text
+        got = samples(reg)
+        assert got[("farm_exporter_last_refresh_age_seconds", (("part", "store"),))] >= 0.9
+        assert got[("farm_exporter_last_refresh_age_seconds", (("part", "broker"),))] < 2
+        collector.stop()
+    finally:
+        hung.close()
+
+
+def test_only_runs_that_changed_are_read_again(broker):
+    settings = load_settings()[0]
+    store = open_store(settings.store, settings)
+    save_run(store, _spec("a", ["row_sum"]))
+    save_run(store, _spec("b", ["row_sum", "swiglu"]))
+    collector = FarmCollector(settings, store)
+    collector.refresh("store")
+    assert collector.runs.reads == 2
+    collector.refresh("store")
+    assert collector.runs.reads == 2  # nothing changed: nothing read but the stamps
+    update_op(store, "b", "demo", "swiglu", phase="searching", tried=5)
+    collector.refresh("store")
+    assert collector.runs.reads == 3
+    assert samples(registry(settings, store, collector))[("farm_run_candidates", (("run", "b"),))] == 5
+
+
+def test_a_scrape_at_ten_thousand_ops_serves_from_the_cache_in_under_a_second(broker):
+    """The run series of 10,000 ops (70,000 samples) are rendered when the store's loop reads
+    them; a scrape sends those bytes, with the parts' health rendered fresh, over HTTP."""
+    import urllib.request
+
+    from farm.distributed.exporter import render, run_families, serve
+    from tests.s3_server import free_port
+
+    settings = load_settings()[0]
+    ops = [{"source": "demo", "op": f"op{i:05d}", "phase": "searching", "tried": 3, "passed": 1, "best_speedup": 1.1,
+            "updated_at": "2026-01-01T00:00:00+00:00", "verdicts": {"pass": 1, "incorrect": 2}} for i in range(10_000)]
+    view = {"run": "big", "spec": {"source": "demo", "target": "cpu"}, "status": "running", "eta_s": 60.0,
+            "last_progress": time.time(), "ops": ops,
+            "totals": {"tried": 30_000, "passed": 10_000, "budget": 80_000}}
+    collector = FarmCollector(settings, open_store(settings.store, settings))
+    collector.parts["store"].text = render(run_families([view]))  # as a refresh leaves it
+    port = free_port()
+    server = serve(collector, "127.0.0.1", port)
+    try:
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read()
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+    assert text.count(b"farm_run_op_candidates{") == 10_000 and b"farm_exporter_source_up" in text
+    assert took < 1.0, took

@@ -1,0 +1,91 @@
+"""`farm status` (a run's ops, stalled ones with their way out; --all lists the runs) and
+`farm recover` (re-enqueue a run's stranded work now)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from farm.cli import report_cmd
+from farm.cli.common import JsonOption, err, handle_errors, out, print_json, table
+from farm.cli.distributed import RunArg, StoreOpt, _need_celery, _store
+from farm.cli.run_view import REPORT_MAX_OPS, stalled_lines, status_table
+
+
+@handle_errors
+def status(
+    ctx: typer.Context,
+    run: RunArg = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run finishes (Ctrl-C stops watching).")] = False,
+    every: Annotated[bool, typer.Option("--all", help="List every run of the store (local and submitted), newest first.")] = False,
+    store: StoreOpt = None,
+    as_json: bool = JsonOption,
+) -> None:
+    """Per op: reference and search state, candidates tried and passed, best speedup, worker; totals, ETA.
+    Runs of `farm run`/`farm search` and of `farm submit` alike."""
+    from farm.distributed import reconcile, runs
+    from farm.distributed.control import POLL_S
+
+    s, st = _store(ctx, store)
+    if every:
+        _list_runs(st, as_json)
+        return
+    name = run or runs.latest_run(st)
+
+    def look() -> dict:
+        return reconcile.observe(s, runs.summarize(st, name))
+
+    view = look()
+    if as_json:
+        print_json(view)
+        return
+    if watch:
+        from rich.live import Live
+
+        with Live(status_table(view), console=out, refresh_per_second=1) as live:
+            while view["status"] in ("running", "cancelling"):
+                time.sleep(POLL_S)
+                view = look()
+                live.update(status_table(view))
+    else:
+        out.print(status_table(view))
+    for line in stalled_lines(view):
+        err.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+    if view["status"] in ("running", "stalled", "cancelling", "interrupted"):
+        out.print(f"report: `farm report {name}` writes a page of the run so far", highlight=False)
+    elif len(view["ops"]) > REPORT_MAX_OPS:
+        out.print(f"report: `farm report {name}` writes the page ({len(view['ops'])} ops)", highlight=False)
+    else:
+        report_cmd.print_line(report_cmd.try_write(st, name))
+
+
+def _list_runs(st, as_json: bool) -> None:
+    from farm.search import catalog
+
+    found = sorted(catalog.runs(st).items(), key=lambda kv: (kv[1].get("created_at") or "", kv[0]), reverse=True)
+    if as_json:
+        print_json({"store": st.url, "runs": [{"run": name, **entry} for name, entry in found]})
+        return
+    out.print(table(f"{len(found)} run(s) in {st.url}", ["run", "kind", "source", "target", "started"],
+                    [[name, e.get("kind"), e.get("source"), e.get("target"), e.get("created_at")] for name, e in found]))
+
+
+@handle_errors
+def recover(ctx: typer.Context, run: RunArg = None, store: StoreOpt = None, as_json: bool = JsonOption) -> None:
+    """Re-enqueue the run's stranded work now: ops neither queued nor running (Redis lost its data)
+    and ops whose worker died holding them. `farm worker` does the same every queue.reconcile_interval_s."""
+    _need_celery()
+    from farm.distributed import control, reconcile, runs
+
+    s, st = _store(ctx, store)
+    name = run or runs.latest_run(st)
+    control.connect(s)
+    done = reconcile.recover(s, st, name)
+    if as_json:
+        print_json({"run": name, "recovered": done})
+        return
+    out.print(table(f"run {name}: {len(done)} task(s) enqueued again", ["op", "task", "why"],
+                    [[f"{d['source']}/{d['op']}", d["task"], d["reason"]] for d in done]))
