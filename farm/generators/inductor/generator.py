@@ -95,6 +95,8 @@ class InductorGenerator(Generator):
                        "comparison class of its file runs without sglang/vllm)")
             return []
         shapes = self._shapes(ctx)
+        for name, why in self.skipped_variants(ctx.target).items():
+            log.info("inductor: variant %s left out on %s: %s", name, ctx.target, why)
         with self._tried_lock:
             self._tried[self._key(ctx, shapes)] = set()
             self._made[self._key(ctx, shapes)] = set()
