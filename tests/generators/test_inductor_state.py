@@ -145,8 +145,9 @@ def test_plain_values_that_depend_on_the_inputs_are_no_constants():
 
     model = Mean()
     with pytest.raises(Unsupported, match="depend on its inputs"):
-        capture._same_constants((torch.ones(4), 0.25, 4), model, [torch.ones(4)])
-    capture._same_constants((torch.ones(4), 1.0, 4), model, [torch.ones(4)])
+        capture._same_constants((torch.ones(4), 0.25, 4), model, lambda: [torch.ones(4)])
+    capture._same_constants((torch.ones(4), 1.0, 4), model, lambda: [torch.ones(4)])
+    capture._same_constants((torch.ones(4), None), model, lambda: pytest.fail("no plain value: no second draw"))
 
 
 def test_a_seed_for_all_three_passes_fresh_seeds_in_the_interpreter(tmp_path):
