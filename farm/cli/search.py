@@ -33,11 +33,12 @@ from farm.corpus.tasks import validate_name
 from farm.evaluate import profiles
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate.timing import check_flush, check_mode
-from farm.generators import DEFAULT_CHAIN, load_generator
+from farm.generators import DEFAULT_CHAIN, INTERPRETED_CHAIN, load_generator
 from farm.reference import seedsets
 from farm.reference.generate import generate_references, load_pt, reference_cases, reference_jobs
 from farm.search import ledger
-from farm.search.batch import cached_ops, load_reference, search_batch, summarize
+from farm.search.batch import cached_ops, load_reference, summarize
+from farm.search.budget import search_by_headroom
 from farm.search.controller import SearchConfig, search_op
 from farm.storage import open_store
 from farm.targets import DeviceSpec, resolve_device, usable_device
@@ -46,7 +47,8 @@ StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path
 TargetOpt = Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")]
 GeneratorsOpt = Annotated[str, typer.Option(
     help="Generators (tune, port, inductor, llm): ',' within a tier, '>' before a tier that seeds only ops the "
-         "earlier tiers could not; the default adds '>llm' when llm.base_url is set.")]
+         "earlier tiers could not; the default is 'tune,port>inductor' on an interpreted target (cpu) and adds "
+         "'>llm' when llm.base_url is set.")]
 MaxTasksOpt = Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, seeds included.")]
 ProfileOpt = Annotated[str, typer.Option(
     "--profile", help="Evaluation rules: farm (default: strict tolerances, secret seeds) or kernelbench (its "
@@ -70,12 +72,13 @@ def stand_in_notice(text: str) -> None:
     say(text, style="yellow")
 
 
-def make_generators(names: str, llm_configured: bool = False) -> list:
+def make_generators(names: str, llm_configured: bool = False, interpreted: bool = False) -> list:
     """--generators: names separated by ',' within a tier and '>' between tiers (a later tier
-    seeds only ops that the earlier ones could not). The default chain gets '>llm' when an
-    LLM endpoint is configured (llm.base_url)."""
-    if names == DEFAULT_CHAIN and llm_configured:
-        names += ">llm"
+    seeds only ops that the earlier ones could not). The default chain puts inductor after
+    tune and port on an interpreted target, and gets '>llm' when an LLM endpoint is
+    configured (llm.base_url)."""
+    if names == DEFAULT_CHAIN:
+        names = (INTERPRETED_CHAIN if interpreted else DEFAULT_CHAIN) + (">llm" if llm_configured else "")
     out = []
     for tier, group in enumerate(names.split(">")):
         chosen = [n.strip() for n in group.split(",") if n.strip()]
@@ -126,7 +129,7 @@ def search(
     use_frontend_setting(s)
     st = open_store(s.store, s)
     specs = parse_devices(target, devices)
-    gens = make_generators(generators, bool(s.llm.base_url))
+    gens = make_generators(generators, bool(s.llm.base_url), specs[0].target.interpret)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
                           generators=tuple(g.name for g in gens), flush=check_flush(flush),
                           profile=profiles.get(profile).name,
@@ -178,8 +181,9 @@ def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_jso
     refs = [known[p] for p in pairs]
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("batch", total=len(refs))
-        rows = search_batch(refs, st, run, specs[0].target.name, specs, gens, config, retry_errors, force,
-                            on_op=op_progress(progress, bar, len(refs), as_json), ops_per_device=ops_per_device)
+        rows = search_by_headroom(refs, st, run, specs[0].target.name, specs, gens, config, specs[0].target.interpret,
+                                  retry_errors=retry_errors, force=force, ops_per_device=ops_per_device,
+                                  on_op=op_progress(progress, bar, len(refs), as_json))
     return rows
 
 
@@ -193,6 +197,10 @@ def op_progress(progress, bar, total: int, as_json: bool):
     def update(phase: str, row: dict) -> None:
         nonlocal finished
         name = f"{row['source']}/{row['op']}"
+        if phase == "more":  # its share of the budget left (farm.search.budget): counted already
+            if lines:
+                say(f"[+] {name}: {row.get('status', '')}")
+            return
         if phase != "start":
             finished += 1
         progress.update(bar, advance=0 if phase == "start" else 1, description=f"{name}: {row.get('status', 'searching')}")
@@ -247,6 +255,8 @@ def _stop_text(row: dict) -> str:
         return f"{stop or 'error'}: {error or 'no reason recorded'}"[:200]
     if stop == "no_seed" and error:
         return f"no_seed: {error.removeprefix('no generator seeds this op: ')[:160]}"
+    if row["status"] == "zero_pass" and error:
+        return f"{stop}: {error.removeprefix('no passing kernel: ')}"[:200]
     return stop or error[:60]
 
 
@@ -305,12 +315,13 @@ def run_local(
         say(f"no reference data for {', '.join(r['source'] + '/' + r['op'] for r in failed)}: "
             "those ops are not searched", style="yellow")
     ok = {(r["source"], r["op_name"]) for r in made if r.get("success")}
-    gens = make_generators(generators, bool(s.llm.base_url))
+    gens = make_generators(generators, bool(s.llm.base_url), spec.target.interpret)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens),
                           profile=profiles.get(profile).name)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("search", total=len(ok))
         # errors are searched again each time: what failed may have been the machine (a full disk)
-        rows = search_batch([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec], gens,
-                            config, retry_errors=True, force=force, on_op=op_progress(progress, bar, len(ok), as_json))
+        rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec],
+                                  gens, config, spec.target.interpret, retry_errors=True, force=force,
+                                  on_op=op_progress(progress, bar, len(ok), as_json))
     _report(failed + rows, name, st, as_json, page, config.profile)

@@ -16,15 +16,12 @@ pays for a trial once per version of a file.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from farm import pyast
+from farm import paths, pyast
 from farm.corpus import tasks as corpus
 from farm.corpus.tasks import TaskRef
 from farm.errors import TaskError
@@ -62,31 +59,15 @@ def framework_import(path: Path, name: str) -> str | None:
 
 
 def cache_path() -> Path:
-    base = os.environ.get("FARM_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                           os.path.expanduser("~/.cache"), "farm")
-    return Path(base) / "reference-trials.json"
+    return paths.cache_file("reference-trials.json")
 
 
 def _read_cache() -> dict:
-    try:
-        return json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
+    return paths.read_cache(cache_path())
 
 
 def _write_cache(key: str, value: dict) -> None:
-    """Best effort: a cache that cannot be written only costs the trial again next time."""
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        doc = _read_cache()
-        doc[key] = value
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".trials.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    paths.write_cache(cache_path(), key, value)
 
 
 def trial_child(report: Callable[[str], None], ref: TaskRef, name: str) -> dict:

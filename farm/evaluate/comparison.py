@@ -10,9 +10,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from farm.evaluate import quiet
+from farm.evaluate import limits, quiet, timing
 from farm.evaluate import speedup as speedups
-from farm.evaluate import timing
 from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
 from farm.evaluate.sandbox import SandboxDied
@@ -142,10 +141,11 @@ class Comparison:
         runner once per device and process, not once per op (it is the device's, and each
         measurement held the device for about half a second of every op's search)."""
         if self._floor is None:  # {"limits": None} keeps a failed measurement from being retried per candidate
-            limits = _FLOORS.get(self.spec.label) or self._measure_floor()
-            if limits:
-                _FLOORS[self.spec.label] = limits
-            self._floor = {"limits": limits}
+            name = getattr(self.references, "device_info", {}).get("name", "")
+            floor = _FLOORS.get(self.spec.label) or limits.cached_floor(name, self._measure_floor)
+            if floor:
+                _FLOORS[self.spec.label] = floor
+            self._floor = {"limits": floor}
         return self._floor["limits"]
 
     def _measure_floor(self) -> dict | None:
@@ -291,12 +291,10 @@ class Comparison:
                          "per_call": {k: per_call.get(k) for k in PER_CALL_KEYS}}
 
     def _limit(self, time_ms: float, mode: str) -> dict | None:
-        floor = self.floor()
-        if not floor:
-            return None
-        limit = speedups.physical_limit(self._bytes_moved(), floor["copy_bw_bytes_s"],
-                                        floor["empty_kernel_ms"].get(mode), time_ms)
-        return {**limit, "mode": mode} if limit else None
+        if getattr(self, "_work", None) is None:
+            self._work = limits.op_work(getattr(self, "task", None))
+        flops, dtype = self._work
+        return limits.physical_limit(self._bytes_moved(), self.floor(), mode, time_ms, flops, dtype)
 
     def _check_timed_outputs(self, outputs: dict, mode: str) -> None:
         """The comparison's last candidate round computed the verified answers (a graph replay

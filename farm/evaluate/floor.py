@@ -1,6 +1,7 @@
-"""What the device itself costs: an empty Triton kernel (the launch floor) and a large
-device-to-device copy (the bandwidth), measured in the trusted runner in each timing mode.
-farm.evaluate.speedup.physical_limit turns them into the limit beside every speedup."""
+"""What the device itself costs: an empty Triton kernel (the launch floor), a large
+device-to-device copy (the bandwidth) and a large matmul per dtype (the compute peak),
+measured in the trusted runner. farm.evaluate.limits turns them into the limit beside every
+figure."""
 
 from __future__ import annotations
 
@@ -25,9 +26,33 @@ def copy_bandwidth(timer: timing.DeviceTimer) -> float:
     return 2 * COPY_BYTES / (copy.median_ms / 1e3)
 
 
+PEAK_DTYPES = ("float16", "bfloat16", "float32")
+PEAK_N = 8192  # 8192^3 matmul: 1.1 TFLOP, long enough to reach the peak on any current GPU
+
+
+def peak_flops(timer: timing.DeviceTimer, dtype: str) -> float:
+    """FLOP/s of a square matmul in `dtype` through the vendor library (float32 with TF32 on, as
+    Triton's tl.dot computes float32 by default): what a perfect compute-bound kernel reaches."""
+    torch = timer._torch
+    dt = getattr(torch, dtype)
+    gen = torch.Generator(device=timer.spec.torch_device)  # the runner's own random state stays untouched
+    gen.manual_seed(0)
+    a, b = (torch.randn(PEAK_N, PEAK_N, device=timer.spec.torch_device, generator=gen).to(dt) for _ in range(2))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        run = timing.measure(lambda: torch.mm(a, b), timer, min_reps=5, budget_ms=200)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return 2 * PEAK_N**3 / (run.median_ms / 1e3)
+
+
 def device_floor(timer: timing.DeviceTimer, modes: tuple[str, ...] = ("events", "graph")) -> dict:
-    """{"copy_bw_bytes_s": ..., "empty_kernel_ms": {mode: ms}} for this runner's device."""
-    out = {"copy_bw_bytes_s": copy_bandwidth(timer), "empty_kernel_ms": {}}
+    """{"copy_bw_bytes_s": ..., "empty_kernel_ms": {mode: ms}, "peak_flops": {dtype: FLOP/s}}
+    for this runner's device (no peak where the target has no matmul worth the name: cpu)."""
+    out = {"copy_bw_bytes_s": copy_bandwidth(timer), "empty_kernel_ms": {}, "peak_flops": {}}
+    if timer.kind == "cuda":
+        out["peak_flops"] = {dtype: peak_flops(timer, dtype) for dtype in PEAK_DTYPES}
     buf = timer._torch.empty(1, device=timer.spec.torch_device)
 
     def launch():

@@ -151,15 +151,8 @@ def may_promote(model: dict | None) -> bool:
 
 def physical_limit(bytes_moved: int, copy_bw_bytes_s: float | None, empty_ms: float | None,
                    time_ms: float | None) -> dict | None:
-    """The fastest a kernel moving `bytes_moved` could run here: the larger of bytes / measured
-    copy bandwidth and the device's empty-kernel time in the same timing mode; `fraction` is
-    that limit over the measured time (1.0 = at the limit)."""
-    if not copy_bw_bytes_s or empty_ms is None:
-        return None
-    bw_ms = bytes_moved / copy_bw_bytes_s * 1e3
-    limit_ms = max(bw_ms, empty_ms)
-    out = {"bytes": int(bytes_moved), "copy_bw_bytes_s": copy_bw_bytes_s, "bandwidth_ms": bw_ms,
-           "empty_kernel_ms": empty_ms, "limit_ms": limit_ms, "bound": "bandwidth" if bw_ms >= empty_ms else "launch"}
-    if time_ms:
-        out["fraction"] = limit_ms / time_ms
-    return out
+    """farm.evaluate.limits.physical_limit (the one definition) for a bandwidth-or-launch op."""
+    from farm.evaluate import limits
+
+    floor = {"copy_bw_bytes_s": copy_bw_bytes_s, "empty_kernel_ms": {"any": empty_ms}} if empty_ms is not None else None
+    return limits.physical_limit(bytes_moved, floor, "any", time_ms)

@@ -19,10 +19,15 @@ BUILTIN = {
     "inductor": "farm.generators.inductor.generator:InductorGenerator",
     "llm": "farm.generators.llm.generator:LLMGenerator",
 }
-OFFLINE_DEFAULT = ("tune", "port")
-# --generators default: tune and port for Triton Models; where they cannot seed (a PyTorch
-# Model), inductor; with an LLM endpoint configured the CLI adds ">llm" for ops nothing seeds
-DEFAULT_CHAIN = ",".join(OFFLINE_DEFAULT) + ">inductor"
+OFFLINE_DEFAULT = ("tune", "port", "inductor")
+# --generators default: tune and port rework a Triton Model, inductor compiles the op's PyTorch
+# truth (Reference, AKG's comparison class, or a PyTorch Model), all seeding side by side so
+# that compile's kernels compete with the original's and tune refines both; with an LLM
+# endpoint configured the CLI adds ">llm" for ops nothing seeds
+DEFAULT_CHAIN = ",".join(OFFLINE_DEFAULT)
+# on an interpreted target (cpu) inductor seeds only the ops tune and port cannot: its
+# interpreter timings rank nothing, and each capture costs a CPU minute
+INTERPRETED_CHAIN = "tune,port>inductor"
 
 __all__ = ["Candidate", "Context", "Generator", "Proposal", "load_generator", "available"]
 

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from farm.evaluate import limits
 from farm.report import collect
 from farm.report.collect import OpView, RunView
 from farm.report.figures import BASIS_LABELS, VERDICT_COLORS
@@ -155,6 +156,14 @@ def baseline_text(op: OpView, basis: str) -> str:
     return esc(f"{ms:.4g} ms{extra}")
 
 
+def limit_text(best: dict, target: str | None) -> str:
+    """The op's physical limit beside its best time (farm.evaluate.limits), or why there is none."""
+    lim, ms = best.get("limit") or {}, best.get("time_ms")
+    if lim.get("limit_ms") and ms:
+        return esc(f"limit {lim['limit_ms']:.4g} ms ({lim.get('bound', '?')}-bound): {ms / lim['limit_ms']:.2f}x it")
+    return na(limits.NOT_MEANINGFUL if target == "cpu" else "no limit measured")
+
+
 def verified_text(op: OpView) -> str:
     v = op.summary.get("verified") or {}
     if not op.best:
@@ -185,6 +194,7 @@ def _op_row(op: OpView, link: dict[str, str]) -> str:
     best_cell = (f'{esc(best["id"])} <span class="muted">{esc(best.get("generator", ""))}, gen '
                  f'{esc(best.get("generation", "?"))}</span>') if best else na("no passing kernel")
     ms = f'{best["time_ms"]:.4g}' if best and best.get("time_ms") is not None else na()
+    ms += f'<br><span class="muted">{limit_text(best, op.summary.get("target"))}</span>' if best else ""
     return (f'<tr><td><a href="#op-{esc(op.key)}">{esc(op.key)}</a></td><td>{status}</td>'
             f'<td class="num">{len(op.candidates)} / {op.passed}</td><td>{best_cell}</td><td class="num">{ms}</td>'
             f'{speedups}<td>{timing_text(best, op.summary.get("config") or {})}</td><td>{verified_text(op)}</td>'

@@ -11,6 +11,7 @@ import logging
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,9 +67,14 @@ def search_batch(
     on_op: Callable[[str, dict], None] | None = None,
     on_event: Callable[[str, dict], None] | None = None,
     ops_per_device: int = 1,
+    budgets: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Every op: skipped per the ledger, or searched and recorded. Returns one row per op, in
-    the order of `refs`."""
+    the order of `refs`. `budgets` ("source/op" -> candidates) overrides config.max_tasks per op
+    (farm.search.budget spends a batch's candidates where the headroom is)."""
+    budgets = budgets or {}
+    config_of = {ref.key: replace(config, max_tasks=budgets[ref.key]) if ref.key in budgets else config
+                 for ref in refs}
     on_op = on_op or (lambda phase, row: None)
     catalog.record(store, run, "local", [r.source for r in refs], target, planned=len(refs))
     done = ledger.read(store, run)
@@ -76,7 +82,7 @@ def search_batch(
     todo = []
     for ref in refs:
         name = ref.key
-        if ledger.should_skip(done.get(name), retry_errors, force, config.max_tasks):
+        if ledger.should_skip(done.get(name), retry_errors, force, config_of[name].max_tasks):
             row = {"source": ref.source, "op": ref.op, "status": "skipped",
                    "previous": done[name]["status"], **done[name].get("result", {})}
             row["status"] = "skipped"
@@ -90,7 +96,7 @@ def search_batch(
     def one(ref: corpus.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
-        row = _search_one(ref, store, run, target, devices, generators, config, force, on_event, cancel)
+        row = _search_one(ref, store, run, target, devices, generators, config_of[ref.key], force, on_event, cancel)
         with lock:
             ledger.record(store, run, ref.key, "error" if row["status"] == "failed" else "done", row)
             rows[ref.key] = row

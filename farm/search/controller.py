@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
+from farm.evaluate import limits
 from farm.evaluate import speedup as speedups
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.evaluate.sandbox import close_all
@@ -83,15 +84,6 @@ class OpOutcome:
         return asdict(self)
 
 
-def _rng_state(rng: random.Random) -> list:
-    version, internal, gauss = rng.getstate()
-    return [version, list(internal), gauss]
-
-
-def _set_rng_state(rng: random.Random, state: list) -> None:
-    rng.setstate((state[0], tuple(state[1]), state[2]))
-
-
 class OpSearch:
     def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
@@ -133,7 +125,7 @@ class OpSearch:
     def _state(self, status: str, stop_reason: str = "") -> dict:
         return {"version": STATE_VERSION, "run": self.run_name, "source": self.ref.source, "op": self.ref.op,
                 "target": self.target, "config": asdict(self.config), "status": status, "stop_reason": stop_reason,
-                "db": self.db.to_dict(), "rng": _rng_state(self.rng), "pending_seeds": self.pending_seeds,
+                "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
                 "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at}
@@ -155,7 +147,7 @@ class OpSearch:
             rec = self.db.records.pop(rid)
             self.db.hashes.pop(rec.source_hash, None)
             self.db.lineage_submitted[rec.lineage] -= 1
-        _set_rng_state(self.rng, state["rng"])
+        selection.set_rng_state(self.rng, state["rng"])
         self.pending_seeds = state["pending_seeds"]
         self.seed_reasons = state.get("seed_reasons", {})
         self.seed_tier = state.get("seed_tier")
@@ -170,7 +162,9 @@ class OpSearch:
 
     def _context(self, rng: random.Random) -> Context:
         return Context(task_source=self.ref.path.read_text(), op=self.ref.op, source=self.ref.source,
-                       target=self.target, device={**self.device_info, "shapes": self.data.get("shapes", "bench")},
+                       target=self.target, device={**self.device_info, "shapes": self.data.get("shapes", "bench"),
+                                                   "mode": self.data.get("mode"),
+                                                   "reference_class": self.data.get("reference_class")},
                        rng=rng, recent_errors=self.errors[-3:], shape_policy=self.ref.policy)
 
     def _make_seeds(self) -> None:
@@ -192,6 +186,10 @@ class OpSearch:
         if not self.seed_reasons:
             return ""
         return "no generator seeds this op: " + "; ".join(f"{n}: {r}" for n, r in self.seed_reasons.items())
+
+    def why_no_kernel(self) -> str:
+        """A zero_pass's reason: each generator that gave no seed and why, how the others' failed."""
+        return self.db.failures(self.seed_reasons) if self.db.records else self.no_seed_text()
 
     def _seed_with(self, generators: list[Generator]) -> None:
         ctx = self._context(random.Random(self.config.seed))
@@ -329,6 +327,9 @@ class OpSearch:
         passes = len(self.db.passing())
         if self.config.early_stop and selection.converged(self.best_by_window, passes):
             return "converged"
+        best = self.db.best()
+        if self.config.early_stop and best is not None and limits.at_limit(best.time_ms, best.limit):
+            return "at_limit"  # within limits.STOP_WITHIN of what the device allows: nothing left to find
         return ""
 
     def _raise_if_cancelled(self) -> None:
@@ -495,7 +496,7 @@ class OpSearch:
                          best_time_ms=best and best.time_ms, speedup_vs_model=best and best.speedup_vs_model,
                          speedup_vs_reference=best and best.speedup_vs_reference,
                          baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")},
-                         error=self.no_seed_text() if not self.db.records else "",
+                         error="" if best else self.why_no_kernel(),
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",
                          fraction_of_limit=(best.limit or {}).get("fraction") if best else None)
 

@@ -117,6 +117,27 @@ class Database:
         ratios = [r.speedup_vs_model for r in self.passing() if r.speedup_vs_model]
         return max(ratios) if ratios else None
 
+    def failures(self, seed_reasons: dict[str, str] | None = None) -> str:
+        """Why no candidate passed, per generator: its verdicts counted with the first reason of
+        the most common one ("inductor: 2 of 2 failed: mismatch 2 (...)"), and each generator
+        that gave no seed with its reason."""
+        parts = []
+        for gen in sorted({r.generator for r in self.records.values()}):
+            mine = [r for r in self.records.values() if r.generator == gen and r.verdict != "pending"]
+            failed = [r for r in mine if not r.passed]
+            if not failed:
+                continue
+            counts: dict[str, int] = {}
+            for r in failed:
+                counts[r.verdict] = counts.get(r.verdict, 0) + 1
+            top = max(counts, key=lambda v: counts[v])
+            reason = next(r.reason for r in failed if r.verdict == top).strip().splitlines()
+            tally = ", ".join(f"{v} {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            parts.append(f"{gen}: {len(failed)} of {len(mine)} failed: {tally}"
+                         + (f" ({reason[-1][:200]})" if reason else ""))
+        parts += [f"{name}: no seed: {why}" for name, why in (seed_reasons or {}).items()]
+        return "no passing kernel: " + "; ".join(parts)
+
     def children(self, parent_id: str) -> list[Record]:
         return [r for r in self.records.values() if r.parent == parent_id]
 

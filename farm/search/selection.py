@@ -95,3 +95,13 @@ def converged(best_by_window: list[float], passes: int, min_passes: int = 5, win
     recent = best_by_window[-(windows + 1):]
     gains = [(a - b) / a if a and a != math.inf else 1.0 for a, b in zip(recent, recent[1:])]
     return all(g < min_gain for g in gains)
+
+
+def rng_state(rng: random.Random) -> list:
+    """The random generator's state as JSON-able data (the checkpoint keeps it)."""
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def set_rng_state(rng: random.Random, state: list) -> None:
+    rng.setstate((state[0], tuple(state[1]), state[2]))

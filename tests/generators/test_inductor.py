@@ -69,13 +69,14 @@ print("ok")
 """
 
 
-def run_in_interpreter(source: str, cap: dict, tmp_path: Path, seeds=(1, 2), expect: str = "ok") -> str:
+def run_in_interpreter(source: str, cap: dict, tmp_path: Path, seeds=(1, 2), expect: str = "ok",
+                       task: Path | None = None) -> str:
     """ModelNew against the task's ground truth on fresh seeds, with the farm's tolerances, in a
     fresh interpreter (TRITON_INTERPRET must be set before triton is first imported)."""
     cand = tmp_path / f"cand_{cap['op']}.py"  # Triton reads kernel source from the file
     cand.write_text(source)
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", _CHECK, str(cand), str(task_path(cap)), cap["source"], cap["op"],
+    proc = subprocess.run([sys.executable, "-c", _CHECK, str(cand), str(task or task_path(cap)), cap["source"], cap["op"],
                            cap["shapes"], json.dumps(list(seeds))], check=False, env=env, capture_output=True, text=True,
                           timeout=120)
     out = proc.stdout + proc.stderr
@@ -304,8 +305,8 @@ def test_bare_parameters_are_rebuilt_by_a_copy_of_the_ground_truths_init(tmp_pat
 
 
 @pytest.mark.parametrize("setup, helper, why", [
-    ("self.scale = nn.Parameter(_scales())", "def _scales():\n    return torch.ones(4)",
-     "uses _scales from its module"),
+    ("self.scale = nn.Parameter(_scales())", "import numpy as np\n\ndef _scales():\n    return torch.from_numpy(np.ones(4))",
+     "uses np from its module"),
     ("torch.seed()\n        self.noise = nn.Parameter(torch.randn(4))", "",
      "does not hold the ground truth's values"),
 ])

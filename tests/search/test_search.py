@@ -166,12 +166,25 @@ class Broken(Generator):
         return []
 
 
+class Silent(Generator):
+    name = "silent"
+
+    def no_seed_reason(self, ctx):
+        return "nothing to compile here"
+
+    def propose(self, parent, inspirations, ctx, n=1):
+        return []
+
+
 def test_zero_passing_kernels_is_reported_apart_from_success(demo_store):
     store, refs = demo_store
     data = load_reference(store, "demo", "row_sum")
-    out = search_op(refs["row_sum"], data, store, "zero", "cpu", [CPU], [Broken()],
+    out = search_op(refs["row_sum"], data, store, "zero", "cpu", [CPU], [Broken(), Silent()],
                     SearchConfig(max_tasks=4, max_concurrent=1))
     assert out.status == "zero_pass" and out.stop_reason == "no_passing_parent" and out.submitted == 1
+    # every generator of the tier is named: how its candidates failed, or why it gave no seed
+    assert out.error.startswith("no passing kernel: broken: 1 of 1 failed: cheat 1 (not a Triton kernel")
+    assert out.error.endswith("; silent: no seed: nothing to compile here")
     assert not store.exists("kernels/cpu/demo/zero/best.json")
     report = json.loads(store.get_bytes("runs/zero/demo/row_sum/report.json"))
     assert report["status"] == "zero_pass" and report["candidates"][0]["verdict"] == "cheat"
@@ -349,6 +362,31 @@ def test_promotion_rests_on_the_fresh_re_timing_against_the_model(demo_store, ra
     else:
         assert not store.exists(best_json) or store.read_json(best_json)["run"] != run
         assert outcome.speedup_vs_model == made[0].summary["ratio"] < 1.05  # reported as measured, not 5x
+
+
+def test_a_search_stops_within_1_1x_of_its_physical_limit(demo_store):
+    """Nothing left to find: a best at 1.05x the limit ends the search before its budget, and
+    says so; at 1.2x it goes on."""
+    from farm.search.controller import OpSearch
+
+    store, refs = demo_store
+    data = load_reference(store, "demo", "row_sum")
+
+    def near(limit_ms):
+        class Near(ScriptedEvaluator):
+            def evaluate(self, source, name="", bar=None):
+                result = super().evaluate(source, name)
+                result.limit = {"limit_ms": limit_ms, "fraction": limit_ms / 0.004, "bound": "launch"}
+                return result
+        return lambda *a: Near(CPU, [1.3, 1.3])
+
+    config = SearchConfig(max_tasks=3, max_concurrent=1, chunk_size=1, generators=("tune",))
+    done = OpSearch(refs["row_sum"], data, store, "limit1", "cpu", [CPU], [load_generator("tune")], config,
+                    evaluator_factory=near(0.004 / 1.05)).run(force=True)
+    assert done.stop_reason == "at_limit" and done.submitted == 1
+    going = OpSearch(refs["row_sum"], data, store, "limit2", "cpu", [CPU], [load_generator("tune")], config,
+                     evaluator_factory=near(0.004 / 1.2)).run(force=True)
+    assert going.stop_reason == "budget" and going.submitted == 3
 
 
 def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_economy_off(demo_store):

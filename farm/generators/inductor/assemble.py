@@ -281,7 +281,10 @@ def _graph_input(source: int | dict, param_names: list[str]) -> str:
         return param_names[source]
     if "param" in source:
         return f"self.get_parameter({source['param']!r})"
-    return f"self.get_buffer({source['buffer']!r})"
+    if "buffer" in source:
+        return f"self.get_buffer({source['buffer']!r})"
+    owner, _, name = source["attr"].rpartition(".")  # a plain tensor attribute
+    return f"self.get_submodule({owner!r}).{name}" if owner else f"self.{name}"
 
 
 def _output_expr(node: dict, sources: list[dict], param_names: list[str]) -> str:
@@ -294,7 +297,12 @@ def _output_expr(node: dict, sources: list[dict], param_names: list[str]) -> str
         return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     src = sources[node["leaf"]]
     kind, idx = src["ref"]
-    base = f"_ret[{idx}]" if kind == "ret" else param_names[idx]
+    if kind == "ret":
+        base = f"_ret[{idx}]"
+    elif kind == "input":
+        base = param_names[idx]
+    else:  # the module's own tensor
+        base = _graph_input({kind: idx}, param_names)
     if "view" in src:
         size, stride, offset = src["view"]
         return f"{base}.as_strided({tuple(size)}, {tuple(stride)}, {offset})"
@@ -355,16 +363,29 @@ def assemble(cap: dict, target: str | None = None) -> str:
         header.append("from torch._inductor.select_algorithm import extern_kernels")
     doc = _doc(cap, target, len(fns))
     imports = ["import torch", "import torch.nn as nn", "import triton", "import triton.language as tl", *header]
-    imports += [line for line in (cap.get("init_copy") or {}).get("imports", []) if line not in imports]
+    copy = cap.get("init_copy") or {}
+    imports += [line for line in copy.get("imports", []) if line not in imports]
+    _check_helper_names(copy, fns)
+    methods = ["\n".join(f"    {line}" for line in m.splitlines()) for m in copy.get("methods", [])]
     parts = [
         f'"""{doc}"""\n' + "\n".join(imports) + ("\n\n" + "\n".join(extra) if extra else ""),
         _PRELUDE.strip(),
+        *copy.get("module", []),
         *blocks,
-        "class ModelNew(nn.Module):\n" + "\n".join(init) + "\n\n" + "\n".join(forward),
+        "class ModelNew(nn.Module):\n" + "\n\n".join(["\n".join(init), "\n".join(forward), *methods]),
     ]
     source = "\n\n\n".join(parts) + "\n"
     pyast.parse(source)
     return source
+
+
+def _check_helper_names(copy: dict, fns: dict) -> None:
+    """The module-level helpers a copied constructor brings must not shadow a kernel."""
+    for text in copy.get("module", []):
+        node = pyast.parse(text).body[0]
+        name = node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id
+        if name in fns or name.startswith("triton_helpers_") or name.startswith("libdevice_"):
+            raise Unsupported(f"the ground truth's helper {name} has the name of a kernel of the candidate")
 
 
 def _init_lines(cap: dict) -> list[str]:
@@ -411,8 +432,9 @@ def _container(parts: list[str]) -> str:
 
 def _doc(cap: dict, target: str, n_kernels: int) -> str:
     mode = cap["mode"]
+    options = "".join(f", {k}={v!r}" for k, v in (cap.get("options") or {}).items())
     return (
-        f"{cap['op']}: Triton from torch.compile({cap['class']}, mode={mode!r}, dynamic=False), made into "
+        f"{cap['op']}: Triton from torch.compile({cap['class']}, mode={mode!r}, dynamic=False{options}), made into "
         f"plain launches\nby the farm's inductor generator ({n_kernels} kernel(s); captured on "
         f"{cap['device_name']}, torch {cap['torch_version']}, triton {cap['triton_version']}; target {target}).\n\n"
         f"Shape-specialized: correct only for the captured input shapes, strides and dtypes\n"

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from farm.generators.inductor import decompose
-from farm.generators.inductor.layers import Unsupported, copied_init, state_layers
+from farm.generators.inductor.constructor import copied_init
+from farm.generators.inductor.layers import Unsupported, state_layers, tensor_state
 
 FORMAT = 1  # of the capture dict
 
@@ -240,6 +241,22 @@ def _configure(target: str, mode: str, emulate_precision_casts: bool = True) -> 
             ut.triton_hash_with_backend = lambda: "TRITON-INTERPRETER"
 
 
+def _set_options(options: dict) -> str:
+    """Inductor config options by dotted name ("triton.persistent_reductions": False); the
+    first name this torch does not know, else ""."""
+    import torch._inductor.config as icfg
+
+    for key, value in options.items():
+        owner = icfg
+        *path, last = key.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        if owner is None or not hasattr(owner, last):
+            return key
+        setattr(owner, last, value)
+    return ""
+
+
 def capture_child(
     report: Callable[[str], None],
     task_path: str,
@@ -250,6 +267,8 @@ def capture_child(
     seed: int = 0,
     emulate_precision_casts: bool = True,
     policy=None,
+    reference: str | None = None,
+    options: dict | None = None,
 ) -> dict:
     """In a child pinned to the target: compile the ground truth and record what inductor made.
 
@@ -262,7 +281,10 @@ def capture_child(
     from farm.runtime.tensors import seed_all, to_device
 
     report("load")
-    task = corpus.load_task(corpus.ref_from_file(task_path, source=source, policy=policy), shapes)
+    # `reference`: AKG's comparison class that runs here (the reference data names it), the
+    # PyTorch truth of a Triton original
+    task = corpus.load_task(corpus.ref_from_file(task_path, source=source, policy=policy), shapes,
+                            reference=reference)
     cls = task.truth_cls
     init_inputs = draw_init_inputs(task, seed)
     # one draw, not draw_inputs' checked pair: the reference stage has checked the task's
@@ -283,6 +305,9 @@ def capture_child(
     dev_inputs = to_device(inputs, device)
     report("compile")
     _configure(target, mode, emulate_precision_casts)
+    unknown = _set_options(options or {})
+    if unknown:
+        return {"ok": False, "reason": f"this torch's inductor has no option {unknown}"}
     rec = _Recorder(execute_kernels=target != "cpu")
     undo = rec.install()
     try:
@@ -303,6 +328,7 @@ def capture_child(
         return {"ok": False, "reason": f"the compiled forward ran {len(rec.calls)} inductor graphs (expected one)"}
     call = rec.calls[0]
     try:
+        _same_constants(out, model, lambda: to_device(draw_seeded(task, seed + 1), device))
         capture = _describe(task, cls, init_inputs, inputs, dev_inputs, call, out, model)
     except Unsupported as exc:
         return {"ok": False, "reason": str(exc)}
@@ -313,6 +339,7 @@ def capture_child(
         wrapper=rec.modules[call["module"]]["code"],
         launches=rec.launches,
         mode=mode,
+        options=dict(options or {}),
         target=target,
         shapes=shapes,
         emulate_precision_casts=emulate_precision_casts,
@@ -325,6 +352,26 @@ def capture_child(
     return capture
 
 
+def _same_constants(out, model, other_inputs: Callable[[], list]) -> None:
+    """The plain values a forward returns become literals of the candidate: only if the ground
+    truth returns the same ones on other inputs (a `.item()` of a result is no constant)."""
+    import torch
+
+    def plain(value) -> list:
+        if isinstance(value, (tuple, list)):
+            return [p for v in value for p in plain(v)]
+        return [] if isinstance(value, torch.Tensor) else [value]
+
+    mine = plain(out)
+    if all(v is None for v in mine):
+        return  # nothing to compare: spare the forward
+    with torch.no_grad():  # a second draw only here: at KernelBench's shapes it costs GiBs on the host
+        other = plain(model(*other_inputs()))
+    if mine != other and not all(a != a and b != b for a, b in zip(mine, other) if a != b):
+        raise Unsupported(f"forward returns plain values that depend on its inputs ({mine[:3]} on one draw, "
+                          f"{other[:3]} on another): a candidate's outputs are tensors or constants")
+
+
 def _triton_version() -> str:
     import triton
 
@@ -334,10 +381,7 @@ def _triton_version() -> str:
 def _describe(task, cls, init_inputs, inputs, dev_inputs, call, out, model=None) -> dict:
     import torch
 
-    state = []
-    if model is not None:
-        state = [("param", n, t) for n, t in model.named_parameters()]
-        state += [("buffer", n, t) for n, t in model.named_buffers()]
+    state = [(kind, n, t) for n, (kind, t) in tensor_state(model).items()] if model is not None else []
     graph_inputs = []
     for k, arg in enumerate(call["args"]):
         if not isinstance(arg, torch.Tensor):
@@ -353,13 +397,15 @@ def _describe(task, cls, init_inputs, inputs, dev_inputs, call, out, model=None)
                     break
             else:
                 raise Unsupported(
-                    f"graph input {k} is neither a forward input nor a parameter or buffer of the module (a constant)"
+                    f"graph input {k} ({tuple(arg.shape)} {arg.dtype}) is neither a forward input nor a tensor the "
+                    "module holds (a constant)"
                 )
     leaves: list = []
     structure = _flatten(out, leaves)
     result = list(call["result"]) if isinstance(call["result"], (list, tuple)) else [call["result"]]
     pool = [(("ret", j), t) for j, t in enumerate(result) if isinstance(t, torch.Tensor)]
     pool += [(("input", i), t) for i, t in enumerate(dev_inputs) if isinstance(t, torch.Tensor)]
+    pool += [((kind, name), t) for kind, name, t in state]  # a parameter, buffer or table returned as it is
     sources = [_source_of(t, pool) for t in leaves]
     in_desc = []
     for v in inputs:

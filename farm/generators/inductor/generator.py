@@ -17,13 +17,18 @@ constructor arguments). The shape set is the generator's `shapes` option, else
 `ctx.device["shapes"]` (the search passes the reference data's), else "small" on cpu and
 "bench" elsewhere (as `farm reference --shapes auto`). The device is `ctx.device["label"]`
 ("cuda:1", as the evaluator's device_info names it), else `ctx.device["index"]`, else 0.
-The generator only seeds: `propose` returns [].
+Beyond compile's defaults, `propose` explores inductor's own tuning space on an inductor
+parent: one capture per variant of VARIANTS not tried yet for the op (coordinate-descent tuning,
+persistent and split reductions off, block pointers, max-autotune with coordinate descent),
+each a child in the parent's lineage, so tune can refine it further (docs/inductor.md,
+"Inductor's tuning space"). Variants the target cannot run say why instead.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 from pathlib import Path
 
 from farm.evaluate import static_checks
@@ -39,6 +44,19 @@ log = logging.getLogger(__name__)
 
 MODES = {"cuda": ("default", "max-autotune-no-cudagraphs"), "cpu": ("default",)}
 
+# variant -> (torch.compile mode, inductor config options, why the interpreter cannot take it)
+VARIANTS: dict[str, tuple[str, dict, str]] = {
+    "coordinate-descent": ("default", {"coordinate_descent_tuning": True},
+                           "coordinate descent times configs on the device; the interpreter times nothing"),
+    "no-persistent-reductions": ("default", {"triton.persistent_reductions": False}, ""),
+    "no-split-reductions": ("default", {"split_reductions": False}, ""),
+    "block-pointers": ("default", {"triton.use_block_ptr": True},
+                       "the Triton interpreter of triton 3.9 does not run block pointers"),
+    "max-autotune+coordinate-descent": ("max-autotune-no-cudagraphs", {"coordinate_descent_tuning": True},
+                                        "max-autotune benchmarks configs on the device"),
+}
+MARKER = "by the farm's inductor generator"  # in every candidate's docstring (assemble._doc)
+
 
 class InductorGenerator(Generator):
     name = "inductor"
@@ -50,6 +68,9 @@ class InductorGenerator(Generator):
         self.shapes = shapes
         self.reasons: list[str] = []  # why a mode gave no seed (also logged), for callers and tests
         self.captures: list[dict] = []  # what each mode's child recorded (farm.generators.inductor.capture), last seeds()
+        self._tried: dict[tuple, set[str]] = {}  # (source, op, target, shapes) -> variants proposed (ops share it)
+        self._made: dict[tuple, set[str]] = {}  # the same key -> kernels made (sources without their docstring)
+        self._tried_lock = threading.Lock()
 
     def _skip(self, reason: str) -> None:
         self.reasons.append(reason)
@@ -69,35 +90,63 @@ class InductorGenerator(Generator):
             self._skip(f"target {ctx.target}: no seeds: the inductor generator knows Triton output of torch.compile "
                        "on cuda and cpu only (ascend would need torch_npu's inductor backend, never run here)")
             return []
-        spec = self._spec(ctx)
+        if ctx.device.get("mode") == "reference-data":
+            self._skip("no PyTorch truth to compile: the op is in reference-data mode (a Triton Model, and no "
+                       "comparison class of its file runs without sglang/vllm)")
+            return []
+        shapes = self._shapes(ctx)
+        for name, why in self.skipped_variants(ctx.target).items():
+            log.info("inductor: variant %s left out on %s: %s", name, ctx.target, why)
+        with self._tried_lock:
+            self._tried[self._key(ctx, shapes)] = set()
+            self._made[self._key(ctx, shapes)] = set()
+        return self._capture(ctx, shapes, [(mode, {}, f"torch.compile mode={mode}") for mode in
+                                           (self.modes or MODES[ctx.target])])
+
+    def _shapes(self, ctx: Context) -> str:
         # the shape set of the reference data the candidates will be judged on (the search puts
         # it in ctx.device); else what `farm reference --shapes auto` picks: small on cpu
-        shapes = self.shapes or ctx.device.get("shapes") or ("small" if ctx.target == "cpu" else "bench")
-        modes = self.modes or MODES[ctx.target]
+        return self.shapes or ctx.device.get("shapes") or ("small" if ctx.target == "cpu" else "bench")
+
+    @staticmethod
+    def _key(ctx: Context, shapes: str) -> tuple:
+        return (ctx.source, ctx.op, ctx.target, shapes)
+
+    def _capture(self, ctx: Context, shapes: str, plans: list[tuple[str, dict, str]]) -> list[Proposal]:
+        """One capture per (mode, options, label); identical candidates dropped."""
+        spec = self._spec(ctx)
         out: list[Proposal] = []
-        seen: set[str] = set()
         backward, grad_inputs = bwd.declared_backward(ctx.task_source)
         with tempfile.TemporaryDirectory(prefix="farm-inductor-") as tmp:
             path = Path(tmp) / f"{ctx.op}.py"
             path.write_text(ctx.task_source)
             env = dict(spec.child_env())
             env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor-cache")
-            for mode in modes:
-                source = self._one(ctx, spec, str(path), shapes, mode, env)
+            for mode, options, label in plans:
+                plan = (mode, options)
+                source = self._one(ctx, spec, str(path), shapes, plan, env)
                 if source is not None and backward:
-                    source = self._with_backward(ctx, spec, path, shapes, mode, env, source, grad_inputs)
+                    source = self._with_backward(ctx, spec, path, shapes, plan, env, source, grad_inputs)
                 if source is None:
                     continue
-                if source in seen:
-                    self._skip(f"mode {mode}: same candidate as an earlier mode")
-                    continue
-                seen.add(source)
-                out.append(Proposal(source, self.name, note=f"torch.compile mode={mode} ({shapes} shapes)"))
+                body = source.split('"""', 2)[-1]  # a variant that changes nothing differs in its docstring only
+                with self._tried_lock:
+                    made = self._made.setdefault(self._key(ctx, shapes), set())
+                    if body in made:
+                        self._skip(f"{label}: the same kernels as an earlier capture")
+                        continue
+                    made.add(body)
+                out.append(Proposal(source, self.name, note=f"{label} ({shapes} shapes)"))
         return out
 
-    def _one(self, ctx: Context, spec: DeviceSpec, path: str, shapes: str, mode: str, env: dict) -> str | None:
-        outcome = run_in_child(capture_child, (path, ctx.source, shapes, mode, ctx.target, 0, True, ctx.shape_policy),
-                               timeout_s=self.timeout_s, env=env)
+    def _one(self, ctx: Context, spec: DeviceSpec, path: str, shapes: str, plan: tuple[str, dict],
+             env: dict) -> str | None:
+        mode, options = plan
+        if options:
+            mode = f"{mode} {_describe(options)}"  # for the reasons below
+        args = (path, ctx.source, shapes, plan[0], ctx.target, 0, True, ctx.shape_policy,
+                ctx.device.get("reference_class"), options)
+        outcome = run_in_child(capture_child, args, timeout_s=self.timeout_s, env=env)
         if not outcome.ok:
             last = outcome.error.strip().splitlines()[-1] if outcome.error.strip() else outcome.status
             self._skip(f"mode {mode}: capture {outcome.status} in stage {outcome.stage}: {last}")
@@ -120,14 +169,15 @@ class InductorGenerator(Generator):
                  outcome.elapsed_s)
         return source
 
-    def _with_backward(self, ctx: Context, spec: DeviceSpec, path: Path, shapes: str, mode: str, env: dict,
-                       forward: str, grad_inputs: tuple[int, ...] | None) -> str | None:
+    def _with_backward(self, ctx: Context, spec: DeviceSpec, path: Path, shapes: str, plan: tuple[str, dict],
+                       env: dict, forward: str, grad_inputs: tuple[int, ...] | None) -> str | None:
         """A training op gets a differentiable seed or none: never a forward-only one."""
         cap = self.captures[-1]
+        mode = plan[0]
         indices = bwd.grad_indices(cap, grad_inputs)
         vjp_path = path.with_name(f"{ctx.op}_vjp.py")
         vjp_path.write_text(bwd.vjp_task(str(path), ctx.source, shapes, len(cap["inputs"]), indices))
-        backward = self._one(ctx, spec, str(vjp_path), shapes, mode, env)
+        backward = self._one(ctx, spec, str(vjp_path), shapes, plan, env)
         if backward is None:
             self._skip(f"mode {mode}: no seed: the op declares BACKWARD and its backward could not be captured")
             return None
@@ -141,5 +191,36 @@ class InductorGenerator(Generator):
         return "; ".join(self.reasons) or "no seed"
 
     def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
-        """inductor only seeds: its output depends on the task, not on a parent."""
-        return []
+        """The next variant of inductor's tuning space not tried for this op, as a child of an
+        inductor-made parent (tuned by tune or not); nothing for other parents, or once every
+        variant the target can run has been tried."""
+        if parent is None or ctx.target not in MODES or MARKER not in (parent.source or ""):
+            return []
+        shapes = self._shapes(ctx)
+        out: list[Proposal] = []
+        for name in self.variants(ctx.target):
+            if len(out) >= n:
+                break
+            with self._tried_lock:
+                tried = self._tried.setdefault(self._key(ctx, shapes), set())
+                if name in tried:
+                    continue
+                tried.add(name)
+            mode, options, _ = VARIANTS[name]
+            self.reasons, self.captures = [], []
+            out += self._capture(ctx, shapes, [(mode, options, f"torch.compile mode={mode} +{name}")])
+        return out
+
+    @staticmethod
+    def variants(target: str) -> list[str]:
+        """The variants of VARIANTS a target runs (the interpreter has no timer and no block pointers)."""
+        return [name for name, (_, _, why) in VARIANTS.items() if target != "cpu" or not why]
+
+    @staticmethod
+    def skipped_variants(target: str) -> dict[str, str]:
+        """Variant -> why this target cannot take it."""
+        return {name: why for name, (_, _, why) in VARIANTS.items() if target == "cpu" and why}
+
+
+def _describe(options: dict) -> str:
+    return "+" + ",".join(f"{k}={v}" for k, v in options.items())
