@@ -106,10 +106,12 @@ class ReferenceSettings:
     cases: int = field(default=-1, metadata=_meta("cases of the shape space recorded beside each .pt; -1: 6, 2 on cpu"))
     jobs: int = field(default=1, metadata=_meta(
         "ops whose reference data is made at once on one device; 0: 1 on cpu, else a quarter of the cores, at most 4"))
+    ship_max_mb: float = field(default=256.0, metadata=_meta("inputs+outputs over this are stored as seed + digest and "
+                                                             "output samples where the target can redraw (-1: never)"))
 
     def __post_init__(self) -> None:
         _positive("reference.timeout_s", self.timeout_s)
-        for key, least in (("jobs", 0), ("cases", -1)):
+        for key, least in (("jobs", 0), ("cases", -1), ("ship_max_mb", -1)):
             if getattr(self, key) < least:
                 raise ConfigError(f"reference.{key} must be {least} or more, not {getattr(self, key)}")
 

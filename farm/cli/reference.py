@@ -63,7 +63,7 @@ def reference(
             refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
             on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"),
             seed_sets=s.reference.seed_sets, secret_store=secret_store, jobs=reference_jobs(s.reference.jobs, spec),
-            cases=reference_cases(s.reference.cases, spec))
+            cases=reference_cases(s.reference.cases, spec), ship_max_mb=s.reference.ship_max_mb)
     if as_json:
         print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
     else:

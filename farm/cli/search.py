@@ -306,7 +306,7 @@ def run_local(
         made = generate_references(refs, st, spec, s.reference.seed, shapes, s.reference.timeout_s,
                                    on_done=lambda r: progress.update(bar, advance=1),
                                    seed_sets=s.reference.seed_sets, jobs=reference_jobs(s.reference.jobs, spec),
-                                   cases=reference_cases(s.reference.cases, spec))
+                                   cases=reference_cases(s.reference.cases, spec), ship_max_mb=s.reference.ship_max_mb)
     failed = reference_failures(made)
     cause = common_cause(failed, len(made))
     if cause:

@@ -232,7 +232,8 @@ def reference_op(delivery: Delivery, run: str, source: str, op: str, force: bool
                   running=delivery.task_id)
         [entry] = generate_references([ref], e.store, device, spec.reference_seed, spec.shapes,
                                       e.settings.reference.timeout_s, force=force,
-                                      cases=reference_cases(e.settings.reference.cases, device))
+                                      cases=reference_cases(e.settings.reference.cases, device),
+                                      ship_max_mb=e.settings.reference.ship_max_mb)
         if not entry.get("success"):
             raise OpFailed(f"reference data ({entry.get('stage')}): {entry.get('error')}")
         if lock.lost:

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from farm.corpus.cases import applied, draw_cases
-from farm.corpus.inputs import draw_inputs
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError, TaskError
 from farm.reference.ptfile import load_companion
@@ -39,11 +38,14 @@ def cases_key(source: str, op: str) -> str:
     return f"refs/{validate_name(source, 'source')}/{validate_name(op, 'op')}{SUFFIX}"
 
 
-def record(task, model, forward: Callable, device: str, count: int, seed: int,
-           report: Callable[[str], None] = lambda stage: None) -> dict[str, Any] | None:
+def record(task, run_set: Callable[[int], dict], device: str, count: int, seed: int,
+           report: Callable[[str], None] = lambda stage: None, model=None) -> dict[str, Any] | None:
     """The companion document: the original Model at `count` cases of the task's space beside the
-    benchmark case (which the .pt holds); None where the space is fixed or count is 0. A case
-    where get_inputs or the Model fails is the task's error, naming the case."""
+    benchmark case (which the .pt holds); None where the space is fixed or count is 0.
+    `run_set(seed)` draws and runs one set at the applied case (farm.reference.generate.record_set):
+    a case over reference.ship_max_mb is kept compact like the .pt (no "inputs", "outputs" empty,
+    "input_recipe" and "output_samples"). A case where get_inputs or the Model fails is the
+    task's error, naming the case."""
     if count <= 0:
         return None
     space = task.space
@@ -53,16 +55,17 @@ def record(task, model, forward: Callable, device: str, count: int, seed: int,
     out = []
     for case in drawn:
         report(f"case {case.label}")
-        with applied(task, space, case):
-            inputs = draw_inputs(task, case.seed)
-        kept = clone_values(inputs)
         try:
-            outputs = forward(model, inputs)
-            extras = _backward(task, model, inputs, case.seed, device) if task.backward else {}
+            with applied(task, space, case):
+                one = run_set(case.seed)
+                extras = _backward(task, model, one["inputs"], case.seed, device) if task.backward else {}
+        except TaskError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the original's failure at this case is the task's error
             raise TaskError(task.ref.path, f"the original Model fails at the {case.describe()}",
                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") from None
-        out.append({"case": case.as_dict(), "inputs": kept, "outputs": outputs, **extras})
+        kept = {k: one[k] for k in ("inputs", "outputs", "input_recipe", "compact", "output_samples") if k in one}
+        out.append({"case": case.as_dict(), **kept, **extras})
     return {"op_name": task.ref.op, "source": task.ref.source, "pt_seed": seed, "task_sha256": task.ref.sha256(),
             "shapes": task.shapes, "space": space.as_dict(), "cases": out}
 

@@ -20,16 +20,16 @@ from typing import Any, Callable
 from farm import __version__, targets
 from farm.corpus import modes
 from farm.corpus import tasks as corpus
-from farm.corpus.inputs import draw_init_inputs, draw_inputs, draw_seeded
+from farm.corpus.inputs import draw_init_inputs
 from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError, StorageError
 from farm.reference import cases as ref_cases
-from farm.reference import manifest, seedsets
+from farm.reference import drawn, manifest, seedsets
 from farm.reference.ptfile import load_pt_file
 from farm.runtime import grads, pointers
 from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import run_in_child
-from farm.runtime.tensors import clone_values, describe_values, identical, seed_all, to_cpu, to_device
+from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
 from farm.storage import Store
 from farm.storage.base import sha256_file
 from farm.targets import DeviceSpec
@@ -47,83 +47,111 @@ def _shapes_dtypes(values: list) -> tuple[list, list]:
     return [torch.Size(s) if s is not None else None for s in shapes], dtypes
 
 
-def _forward(model, inputs: list, spec: DeviceSpec, check=lambda raw: raw,
-             watch: bool = False) -> tuple[list, float, list[int]]:
-    """One forward on a copy of the inputs (forward may work in place): outputs on the CPU,
-    after `check` (a Model that returns what no .pt can hold is refused there), and, with
-    `watch`, which inputs forward changed (a copy of each back to the host: once per op)."""
+def _run(model, inputs: list, sums: list[str], spec: DeviceSpec, check=lambda raw: raw) -> tuple[list, float, list[int]]:
+    """One forward on the inputs where they are (moved to the device if drawn on the host, no
+    copy kept): the outputs, left where forward put them, after `check` (a Model that returns
+    what no .pt can hold is refused there), and which inputs forward changed, by their digest
+    against `sums` (the recipe's)."""
     import torch
 
     with torch.no_grad():
-        dev_inputs = to_device(clone_values(inputs), spec.torch_device)
+        dev_inputs = to_device(inputs, spec.torch_device)
         targets.synchronize(spec)
         start = time.perf_counter()
         raw = model(*dev_inputs)
         targets.synchronize(spec)
         elapsed = time.perf_counter() - start
-    # against the host copy, one tensor at a time (no second copy on the device); addresses
-    # held as values are compared as the tokens the host copy holds
-    after = pointers.encode(dev_inputs) if watch else []
-    mutated = [i for i, (a, b) in enumerate(zip(after, inputs))
-               if isinstance(a, torch.Tensor) and not identical(a.cpu(), b)]
-    return as_output_list(to_cpu(check(raw))), elapsed, mutated
+    # addresses held as values are compared as the tokens the recipe digested
+    after = drawn.digests(pointers.encode(dev_inputs))
+    mutated = [i for i, (a, b) in enumerate(zip(after, sums)) if isinstance(inputs[i], torch.Tensor) and a != b]
+    return as_output_list(check(raw)), elapsed, mutated
+
+
+def record_set(task: corpus.Task, model, spec: DeviceSpec, seed: int, check=lambda raw: raw,
+               ship_max_mb: float = -1, report: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
+    """One input set at the task's current shapes: drawn (on the device where the task allows
+    it), run, and kept in the form farm.reference.drawn decides: in full, or compact (inputs as
+    the recipe, outputs as digests and samples). Host memory holds at most one copy of each."""
+    report("get_inputs")
+    inputs, rec = drawn.draw(task, seed, spec)
+    report("forward")
+    outputs, elapsed, mutated = _run(model, inputs, rec["digests"], spec, check)
+    entry: dict[str, Any] = {"input_recipe": rec, "elapsed_s": elapsed, "mutated": mutated}
+    reason = drawn.compact_reason(task, drawn.value_bytes(inputs), drawn.value_bytes(outputs), ship_max_mb)
+    if reason:
+        entry.update(compact=reason, output_samples=drawn.samples(outputs), outputs=[],
+                     shapes_dtypes=(_shapes_dtypes(inputs), _shapes_dtypes(outputs)))
+        return entry
+    if mutated:  # forward worked in place on the drawn tensors: the recipe draws the originals again
+        inputs, again = drawn.draw(task, seed, spec)
+        if again["digests"] != rec["digests"]:
+            raise FarmError(f"{task.ref.path}: get_inputs() drew other values the second time for seed {seed}")
+    entry.update(inputs=_on_host(inputs), outputs=to_cpu(outputs))
+    entry["shapes_dtypes"] = (_shapes_dtypes(entry["inputs"]), _shapes_dtypes(entry["outputs"]))
+    return entry
+
+
+def _on_host(values: list) -> list:
+    """Drawn inputs on the host as the .pt keeps them: address tokens stay tokens, and the
+    tensors they name (farm.runtime.pointers) go with them."""
+    import torch
+
+    return [pointers.moved(v, "cpu") if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def generate_reference(task: corpus.Task, spec: DeviceSpec, seed: int,
                        report: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
-    """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), clone, forward."""
+    """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), forward."""
     return generate_reference_and_sets(task, spec, seed, report)[0]
 
 
 def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
                                 report: Callable[[str], None] = lambda stage: None,
-                                seed_sets: int = 0, cases: int = 0) -> tuple[dict[str, Any], dict | None, dict | None]:
-    """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), clone, forward;
+                                seed_sets: int = 0, cases: int = 0,
+                                ship_max_mb: float = -1) -> tuple[dict[str, Any], dict | None, dict | None]:
+    """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), forward;
     in reference-data mode (`seed_sets` > 0), the secret seed sets (farm.reference.seedsets);
-    and the Model at `cases` cases of the task's shape space (farm.reference.cases)."""
+    and the Model at `cases` cases of the task's shape space (farm.reference.cases). Sets over
+    `ship_max_mb` are kept compact where farm.reference.drawn allows it (-1: never)."""
     import torch
 
     dev = spec.torch_device
-    report("size_check")  # the memory guard runs Model's forward on the meta device
+    report("size_check")  # the memory guards run Model's forward on the meta device
     task.guard()
+    if drawn.on_device(dev):
+        drawn.guard_device(task, spec)
     report("init")
     init_inputs = draw_init_inputs(task, seed)
     seed_all(seed)
     model = task.model_cls(*init_inputs).to(dev).eval()
-    report("get_inputs")
-    inputs = draw_inputs(task, seed)
-    saved_inputs = clone_values(inputs)  # forward may work in place; the .pt keeps the originals
-    report("forward")
     checked = lambda raw: corpus.check_outputs(task, task.model_cls, raw)  # noqa: E731
-    outputs, elapsed, mutated = _forward(model, inputs, spec, checked, watch=True)
-    extras = backward_record(task, model, inputs, seed, dev, report) if task.backward else {}
-    case_doc = ref_cases.record(task, model, lambda m, values: _forward(m, values, spec, checked)[0], dev, cases, seed,
-                                report) if cases else None
+    main = record_set(task, model, spec, seed, checked, ship_max_mb, report)
+    extras = backward_record(task, model, main["inputs"], seed, dev, report) if task.backward else {}
+    case_doc = ref_cases.record(task, lambda s: record_set(task, model, spec, s, checked, ship_max_mb), dev, cases,
+                                seed, report, model) if cases else None
     secret = None
     if seed_sets:
         report("seed_sets")
         sets = []
         for s in seedsets.draw_seeds(seed_sets, seed):
-            drawn = draw_seeded(task, s)  # get_inputs() was found deterministic above: one draw each
-            kept = clone_values(drawn)
-            sets.append({"seed": s, "case": _bench_case(task, s), "inputs": kept,
-                         "outputs": _forward(model, drawn, spec)[0]})
+            one = record_set(task, model, spec, s, checked)  # the only truth there is: kept in full
+            sets.append({"seed": s, "case": _bench_case(task, s), "inputs": one["inputs"], "outputs": one["outputs"]})
         secret = {"op_name": task.ref.op, "source": task.ref.source, "pt_seed": seed,
                   "task_sha256": task.ref.sha256(), "sets": sets}
-    input_shapes, input_dtypes = _shapes_dtypes(saved_inputs)
-    output_shapes, output_dtypes = _shapes_dtypes(outputs)
-    return {
+    (input_shapes, input_dtypes), (output_shapes, output_dtypes) = main["shapes_dtypes"]
+    data = {
         "op_name": task.ref.op,
         "seed": seed,
-        "save_inputs": True,
-        "inputs": saved_inputs,
+        "save_inputs": "inputs" in main,  # AKG's flag: False where the inputs are the recipe alone
+        **({"inputs": main["inputs"]} if "inputs" in main else {}),
         "input_shapes": input_shapes,
         "input_dtypes": input_dtypes,
-        "outputs": outputs,
+        "outputs": main["outputs"],
         "output_shapes": output_shapes,
         "output_dtypes": output_dtypes,
         "init_inputs": init_inputs,
         # extras
+        "input_recipe": main["input_recipe"],
         "source": task.ref.source,
         "task_sha256": task.ref.sha256(),
         "shapes": task.shapes,
@@ -134,11 +162,14 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
         "torch_version": str(torch.__version__),  # TorchVersion is not weights_only-loadable
         "triton_version": _triton_version(),
         "farm_version": __version__,
-        "reference_time_s": elapsed,
+        "reference_time_s": main["elapsed_s"],
         # inputs the original Model changes in place: a candidate may (and is timed as if) too
-        "mutated_inputs": mutated,
+        "mutated_inputs": main["mutated"],
         **extras,
-    }, secret, case_doc
+    }
+    if "compact" in main:
+        data.update(compact=main["compact"], output_samples=main["output_samples"])
+    return data, secret, case_doc
 
 
 def _bench_case(task: corpus.Task, seed: int) -> dict | None:
@@ -172,7 +203,8 @@ def _triton_version() -> str | None:
 
 
 def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec, seed: int, shapes: str,
-                    out_path: str, reference: str | None = None, seed_sets: int = 0, cases: int = 0) -> dict[str, Any]:
+                    out_path: str, reference: str | None = None, seed_sets: int = 0, cases: int = 0,
+                    ship_max_mb: float = -1) -> dict[str, Any]:
     """In the pinned child: generate and save; only metadata travels back to the parent. The
     secret seed sets and the cases go to files of their own (out_path + ".sets", + ".cases"),
     and the .pt records their sha256, so whoever holds the .pt can find and check them."""
@@ -182,7 +214,8 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
     report("import")
     task = corpus.load_task(ref, shapes, reference=reference)
     data, secret, case_doc = generate_reference_and_sets(task, spec, seed, report,
-                                                         seed_sets if task.mode == "reference-data" else 0, cases)
+                                                         seed_sets if task.mode == "reference-data" else 0, cases,
+                                                         ship_max_mb)
     report("save")
     if case_doc is not None:
         cases_path = out_path + ref_cases.SUFFIX
@@ -200,22 +233,29 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
     load_pt(out_path)  # consumers load weights_only: a .pt they cannot read fails here, at "save"
     return {"device_name": data["device_name"], "reference_time_s": data["reference_time_s"],
             "task_sha256": data["task_sha256"], "mode": data["mode"], "reference_class": data["reference_class"],
-            "seed_sets": data.get(seedsets.POINTER), "cases": data.get(ref_cases.POINTER)}
+            "seed_sets": data.get(seedsets.POINTER), "cases": data.get(ref_cases.POINTER),
+            "inputs_drawn_on": data["input_recipe"]["draw"], "compact": data.get("compact")}
 
 
 def load_pt(path: str | Path) -> dict[str, Any]:
-    """Every .pt is untrusted: tensors and plain values only, never arbitrary objects."""
+    """Every .pt is untrusted: tensors and plain values only, never arbitrary objects. A
+    compact one (farm.reference.drawn) has no "inputs" but the recipe that draws them."""
     data = load_pt_file(path)
-    missing = [k for k in PT_KEYS if k not in data] if isinstance(data, dict) else list(PT_KEYS)
+    needed = PT_KEYS
+    if isinstance(data, dict) and data.get("save_inputs") is False:
+        needed = tuple(k for k in PT_KEYS if k != "inputs") + ("input_recipe", "output_samples")
+    missing = [k for k in needed if k not in data] if isinstance(data, dict) else list(PT_KEYS)
     if missing:
         raise FarmError(f"{path}: reference .pt lacks key(s) {', '.join(missing)}")
     return data
 
 
 def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store,
-               secret_store: Store | None = None, cases: int = 0) -> bool:
+               secret_store: Store | None = None, cases: int = 0, ship_max_mb: float = -1) -> bool:
     if not entry or not entry.get("success"):
         return False
+    if entry.get("compact") and (ship_max_mb < 0 or ship_max_mb > entry.get("ship_max_mb", ship_max_mb)):
+        return False  # made compact under a lower reference.ship_max_mb: made again in full
     if (entry.get("task_sha256"), entry.get("seed"), entry.get("shapes")) != (task_sha, seed, shapes):
         return False
     if entry.get("seed_sets_key") and (secret_store or store).head(entry["seed_sets_key"]) is None:
@@ -242,7 +282,8 @@ def _entry(ref: TaskRef, key: str, spec: DeviceSpec, seed: int, shapes: str, tas
 
 
 def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes: str, timeout_s: float,
-                 staging: Path, seed_sets: int = 4, secret_store: Store | None = None, cases: int = 0) -> dict[str, Any]:
+                 staging: Path, seed_sets: int = 4, secret_store: Store | None = None, cases: int = 0,
+                 ship_max_mb: float = -1) -> dict[str, Any]:
     """One op in its own child; the .pt goes to the store only if the child succeeded. The
     task's truth is decided here first (farm.corpus.modes: its trial runs in a child of its
     own), and the child records secret seed sets if it is in reference-data mode."""
@@ -256,7 +297,8 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
     tmp = staging / f"{ref.source}__{ref.op}.pt"
     sets_tmp = Path(str(tmp) + ".sets")
     cases_tmp = Path(str(tmp) + ref_cases.SUFFIX)
-    outcome = run_in_child(reference_child, (ref, spec, seed, shapes, str(tmp), decided.reference, seed_sets, cases),
+    outcome = run_in_child(reference_child, (ref, spec, seed, shapes, str(tmp), decided.reference, seed_sets, cases,
+                                             ship_max_mb),
                            timeout_s=timeout_s, env=spec.child_env())
     entry["elapsed_s"] = round(outcome.elapsed_s, 3)
     try:
@@ -276,7 +318,9 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
         sha = sha256_file(tmp)
         info = store.put_file(key, tmp, sha256=sha)
         entry.update(success=True, stage="done", sha256=info.sha256, size_bytes=info.size,
-                     device_name=outcome.value["device_name"], reference_time_s=outcome.value["reference_time_s"])
+                     device_name=outcome.value["device_name"], reference_time_s=outcome.value["reference_time_s"],
+                     inputs_drawn_on=outcome.value["inputs_drawn_on"], compact=outcome.value["compact"],
+                     ship_max_mb=ship_max_mb)
         return entry
     finally:
         tmp.unlink(missing_ok=True)
@@ -302,6 +346,7 @@ def generate_references(
     secret_store: Store | None = None,
     jobs: int = 1,
     cases: int = 0,
+    ship_max_mb: float = -1,
 ) -> list[dict[str, Any]]:
     """Every op is tried; failures are recorded with their stage and the batch goes on.
     `secret_store` holds the secret seed sets where `store` is a plain folder (--output-dir).
@@ -313,9 +358,11 @@ def generate_references(
 
     def one(ref: TaskRef, staging: Path) -> dict[str, Any]:
         previous = known.get(f"{ref.source}/{ref.op}")
-        if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store, cases):
+        if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store, cases,
+                                        ship_max_mb):
             return {**previous, "skipped": True}
-        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, secret_store, cases)
+        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, secret_store, cases,
+                              ship_max_mb)
         with record_lock:
             manifest.record(store, [result])
         log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])
