@@ -220,7 +220,7 @@ def compact_reason(task, in_bytes: int, out_bytes: int, ship_max_mb: float) -> s
         return None
     if task.mode == "reference-data" or task.backward:
         return None  # the recorded data is the truth: shipped, however large
-    return (f"inputs and outputs {total / 2**20:.0f} MiB, over reference.ship_max_mb ({ship_max_mb:g} MiB): "
+    return (f"inputs and outputs {total / 2**20:.2f} MiB, over reference.ship_max_mb ({ship_max_mb:g} MiB): "
             "inputs as seed + digest, outputs as digest + samples; the target's truth runs there")
 
 
@@ -229,13 +229,18 @@ def sample(t) -> dict:
     import torch
 
     flat = t.detach().reshape(-1)
-    n = flat.numel()
+    return {"shape": list(t.shape), "dtype": str(t.dtype), "digest": digest(t),
+            "values": flat[sample_index(flat.numel(), flat.device)].cpu()}
+
+
+def sample_index(n: int, device):
+    """Which elements a sample holds: all of a small tensor, else SAMPLE evenly spaced ones,
+    first and last included (recomputed by the reader, never stored)."""
+    import torch
+
     if n <= SAMPLE:
-        index = torch.arange(n, device=flat.device)
-    else:
-        index = torch.arange(SAMPLE, device=flat.device, dtype=torch.int64) * (n - 1) // (SAMPLE - 1)
-    return {"shape": list(t.shape), "dtype": str(t.dtype), "digest": digest(t), "index": index.cpu(),
-            "values": flat[index].cpu()}
+        return torch.arange(n, device=device)
+    return torch.arange(SAMPLE, device=device, dtype=torch.int64) * (n - 1) // (SAMPLE - 1)
 
 
 def samples(outputs: list) -> list:
@@ -262,7 +267,8 @@ def check_samples(outputs: list, recorded: list, tolerance: dict) -> list[str]:
         if not isinstance(out, torch.Tensor) or list(out.shape) != rec["shape"] or str(out.dtype) != rec["dtype"]:
             problems.append(f"output {i}: not a {rec['dtype']} tensor of shape {rec['shape']}")
             continue
-        got = out.detach().reshape(-1)[rec["index"].to(out.device)].cpu()
+        flat = out.detach().reshape(-1)
+        got = flat[sample_index(flat.numel(), flat.device)].cpu()
         check = compare_outputs([got], [rec["values"]], tolerance)[0]
         if not check.ok:
             problems.append(f"output {i}: {check.reason}")
