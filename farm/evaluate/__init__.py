@@ -8,5 +8,5 @@ inside an operating-system boundary where one can be set up (boundary: bubblewra
 timing has one recipe for every target (timing); evaluator drives the stages.
 
 May import: farm.errors, farm.config, farm.pyast, farm.targets, farm.runtime, farm.storage,
-farm.observe, farm.corpus.tasks, farm.reference.generate, farm.ascend.
+farm.observe, farm.corpus.tasks, farm.reference.generate, farm.reference.fitted, farm.ascend.
 """

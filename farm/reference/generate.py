@@ -168,7 +168,7 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
         **extras,
     }
     if "compact" in main:
-        data.update(compact=main["compact"], output_samples=main["output_samples"])
+        data.update(compact=main["compact"], output_samples=main["output_samples"], ship_max_mb=ship_max_mb)
     return data, secret, case_doc
 
 

@@ -158,3 +158,18 @@ def test_ship_max_mb_is_validated_where_read(tmp_path):
     bad.write_text("reference:\n  ship_max_mb: -5\n")
     with pytest.raises(ConfigError, match="reference.ship_max_mb"):
         load_settings(bad)
+
+
+def test_a_compact_op_is_verified_at_the_largest_shapes_that_ship_in_full(tmp_path):
+    from farm.reference.fitted import fitted
+
+    task = _task(tmp_path)
+    data, _, _ = generate_reference_and_sets(task, CPU, 5, ship_max_mb=0.05)  # 150 KiB at bench shapes
+    ref, fit = fitted(task.ref, data, CPU, timeout_s=120)
+    assert fit["save_inputs"] is True and fit["shapes"] == "small" and fit["seed"] == 5
+    rows, cols = fit["inputs"][0].shape
+    assert rows * cols < 64 * 300 and 2 * rows * cols * 4 <= 0.05 * 2**20  # derived: halvings of the sizes
+    assert fit["fitted"] == {"from_shapes": "bench", "budget_mb": 0.05, "input_shapes": [[rows, cols]]}
+    assert torch.allclose(fit["outputs"][0], torch.softmax(fit["inputs"][0], dim=1))
+    assert ref.policy.small_budget_mb == 0.05
+    assert fitted(task.ref, fit, CPU) == (task.ref, fit)  # data that ships in full is used as it is
