@@ -226,8 +226,6 @@ def compact_reason(task, in_bytes: int, out_bytes: int, ship_max_mb: float) -> s
 
 def sample(t) -> dict:
     """A tensor's digest and SAMPLE evenly spaced elements (all of a small one), on the host."""
-    import torch
-
     flat = t.detach().reshape(-1)
     return {"shape": list(t.shape), "dtype": str(t.dtype), "digest": digest(t),
             "values": flat[sample_index(flat.numel(), flat.device)].cpu()}

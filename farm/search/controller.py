@@ -26,6 +26,7 @@ from farm.evaluate import speedup as speedups
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.evaluate.sandbox import close_all
 from farm.generators import Context, Generator, Proposal
+from farm.reference.fitted import fitted
 from farm.reference.manifest import now
 from farm.observe import metrics
 from farm.search import catalog, pipeline, results, selection
@@ -89,6 +90,8 @@ class OpSearch:
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
                  eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
                  evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
+        # a compact .pt's op: generators and evaluators alike work at the fitted shapes (farm.reference.fitted)
+        task_ref, ref_data = fitted(task_ref, ref_data, devices[0])
         self.ref = task_ref
         self.data = ref_data
         self.store = store

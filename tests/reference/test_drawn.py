@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from farm.config import load_settings
-from farm.errors import ConfigError
 from farm.corpus.tasks import load_task, ref_from_file
-from farm.errors import FarmError, TaskError  # noqa: I001
+from farm.errors import ConfigError, FarmError, TaskError
 from farm.reference import drawn
 from farm.reference.generate import generate_reference_and_sets, generate_references, load_pt
 from farm.storage import open_store
