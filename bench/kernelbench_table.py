@@ -19,8 +19,9 @@ times at the task's own shapes. The limit beside each figure is the larger of th
 time (bytes of inputs + outputs over the device's bandwidth) and the compute-bound time (FLOPs
 over its peak), PHYSICAL_LIMIT_HOOK below until the farm's one limit function lands.
 
-Resumable: every finished op is appended to <out>/ops.jsonl at once and skipped by the next call
-(a call stops starting ops after --budget-s). <out>/table.md is rewritten from all rows each call.
+Resumable: every finished op is appended to <out>/ops.jsonl at once and skipped by the next call,
+except ops that ended in an error, which are tried again. A call waits for ops until --budget-s (and
+a minute), keeps every op finished by then and stops the rest. <out>/table.md is rewritten each call.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def _one(job: tuple[str, str, float]) -> dict:
     from bench.kernelbench_gpu import _bench
 
     t0 = time.time()
-    row: dict = {"op": Path(path).stem}
+    row: dict = {"op": Path(path).stem, "device": _device()}
     try:
         row.update(_footprint(path))
         cap = _capture_at(path, "bench", None)
@@ -145,25 +146,24 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     done_path = out / "ops.jsonl"
-    done = {json.loads(line)["op"] for line in done_path.read_text().splitlines() if line.strip()} \
-        if done_path.exists() else set()
+    # an op that ended in an error (out of memory beside other ops, a crash) is tried again
+    done = {row["op"] for row in _rows(out) if row.get("verdict") != "error"}
     todo = [p for p in _ops(Path(args.level), args.ops) if p.stem not in done]
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.workers, maxtasksperchild=1) as pool:
         pending = [pool.apply_async(_one, ((str(p), args.verify, args.ship_max_mb),)) for p in todo]
-        for p, job in zip(todo, pending):
-            remaining = args.budget_s - (time.time() - start)
-            try:
-                row = job.get(timeout=max(1.0, remaining + 60))
-            except mp.TimeoutError:
-                print(json.dumps({"stopped": "budget", "left": len(todo) - len([r for r in pending if r.ready()])}))
-                pool.terminate()
-                break
-            row["device"] = _device()
-            with done_path.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
-            print(json.dumps({k: row.get(k) for k in ("op", "verdict", "speedup_vs_eager", "speedup_vs_compile",
-                                                      "wall_s")}), flush=True)
+        left = dict(zip((p.stem for p in todo), pending))
+        while left and time.time() - start < args.budget_s + 60:
+            for name in [n for n, job in left.items() if job.ready()]:
+                row = left.pop(name).get()
+                with done_path.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                print(json.dumps({k: row.get(k) for k in ("op", "verdict", "speedup_vs_eager", "speedup_vs_compile",
+                                                          "wall_s")}), flush=True)
+            time.sleep(1.0)
+        if left:
+            print(json.dumps({"stopped": "budget", "not_finished": sorted(left)}), flush=True)
+            pool.terminate()
     write_table(out, " ".join(["python"] + sys.argv))
 
 
@@ -173,8 +173,13 @@ def _device() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
+def _rows(out: Path) -> list[dict]:
+    path = out / "ops.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def write_table(out: Path, command: str) -> None:
-    rows = [json.loads(line) for line in (out / "ops.jsonl").read_text().splitlines() if line.strip()]
+    rows = list({row["op"]: row for row in _rows(out)}.values())  # an op tried again: its last row
     rows.sort(key=lambda r: int(r["op"].split("_")[0]) if r["op"].split("_")[0].isdigit() else 0)
     n = len(rows)
 
