@@ -15,9 +15,10 @@ process: no sandbox, so only for the farm's own seeds).
 Large ops: the trials run at the task's own shapes where they fit the device (KernelBench's
 level-1 shapes all do on an H100); `--verify fitted` runs them instead at the largest derived
 shapes within reference.ship_max_mb (farm.reference.fitted), with a second capture there, and
-times at the task's own shapes. The limit beside each figure is the larger of the memory-bound
-time (bytes of inputs + outputs over the device's bandwidth) and the compute-bound time (FLOPs
-over its peak), PHYSICAL_LIMIT_HOOK below until the farm's one limit function lands.
+times at the task's own shapes. The limit beside each figure is the farm's one definition
+(farm.evaluate.limits.physical_limit: bytes in + out over the measured copy bandwidth, FLOPs over
+the measured peak for the op's dtype, an empty kernel; the device's figures measured once and
+cached by farm.evaluate.floor), with the candidate's mean as the time.
 
 Resumable: every finished op is appended to <out>/ops.jsonl at once and skipped by the next call,
 except ops that ended in an error, which are tried again. A call waits for ops until --budget-s (and
@@ -39,22 +40,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-# H100 SXM (80 GB HBM3) datasheet peaks; the hook the farm's physical-limit function replaces
-PEAKS = {"H100": {"bytes_s": 3.35e12, "flops_fp32": 67e12, "flops_tf32": 495e12}}
-
-
-def physical_limit_hook(device_name: str, bytes_moved: int, flops: int) -> dict:
-    """PHYSICAL_LIMIT_HOOK: the memory-bound and the compute-bound time of one call, and which
-    binds. fp32 FLOPs at the non-tensor-core peak (KernelBench's eager default, TF32 off for matmul)."""
-    peak = next((v for k, v in PEAKS.items() if k in device_name), None)
-    if peak is None:
-        return {}
-    mem_ms = bytes_moved / peak["bytes_s"] * 1e3
-    cmp_ms = flops / peak["flops_fp32"] * 1e3
-    return {"memory_ms": mem_ms, "compute_ms": cmp_ms, "limit_ms": max(mem_ms, cmp_ms),
-            "bound": "memory" if mem_ms >= cmp_ms else "compute"}
-
-
 def _ops(level: Path, wanted: str | None) -> list[Path]:
     files = sorted((p for p in level.glob("*.py") if p.name.split("_")[0].isdigit()),
                    key=lambda p: int(p.name.split("_")[0]))
@@ -67,10 +52,24 @@ def _ops(level: Path, wanted: str | None) -> list[Path]:
 def _footprint(path: str) -> dict:
     from farm.corpus import tasks as corpus
     from farm.corpus.shapes import measure
+    from farm.evaluate.limits import op_work
 
     task = corpus.load_task(corpus.ref_from_file(path, "kb"), "bench")
     fp = measure(task.module, task.model_cls)
-    return {"bytes": fp.input_bytes + fp.output_bytes, "flops": fp.flops}
+    flops, dtype = op_work(task)
+    return {"bytes": fp.input_bytes + fp.output_bytes, "flops": flops, "dtype": dtype}
+
+
+def _limit(row: dict) -> dict | None:
+    """The farm's physical limit of this op on this GPU at the candidate's mean (farm.evaluate.limits)."""
+    from farm.evaluate import floor, limits
+    from farm.evaluate.timing import DeviceTimer
+    from farm.targets import resolve_device
+
+    spec = resolve_device("cuda:0")
+    figures = limits.cached_floor(row["device"], lambda: floor.device_floor(DeviceTimer(spec), ("events",)))
+    cand = (row.get("candidate") or {}).get("mean_ms")
+    return limits.physical_limit(row["bytes"], figures, "events", cand, row.get("flops", 0), row.get("dtype"))
 
 
 def _capture_at(path: str, shapes: str, budget_mb: float | None) -> dict:
@@ -126,6 +125,7 @@ def _one(job: tuple[str, str, float]) -> dict:
             row["verdict"] = timed.get("verdict") if cap.get("source") else "no seed"
             row["reason"] = timed.get("reason") if cap.get("source") else cap.get("error")
         row["verified_at"] = row.get("verified_at", "own")
+        row["limit"] = _limit(row)
     except Exception:  # noqa: BLE001 - one op's failure is its row
         row.update(verdict="error", reason=traceback.format_exc()[-600:])
     row["wall_s"] = round(time.time() - t0, 1)
@@ -149,6 +149,8 @@ def main() -> None:
     # an op that ended in an error (out of memory beside other ops, a crash) is tried again
     done = {row["op"] for row in _rows(out) if row.get("verdict") != "error"}
     todo = [p for p in _ops(Path(args.level), args.ops) if p.stem not in done]
+    if todo:  # the device's figures, measured with nothing else on it, before the workers read them
+        _limit({"device": _device(), "bytes": 0})
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.workers, maxtasksperchild=1) as pool:
         pending = [pool.apply_async(_one, ((str(p), args.verify, args.ship_max_mb),)) for p in todo]
@@ -196,7 +198,7 @@ def write_table(out: Path, command: str) -> None:
              "(bound) | of limit | why not |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cand = (r.get("candidate") or {}).get("mean_ms")
-        lim = physical_limit_hook(r.get("device") or "", r.get("bytes", 0), r.get("flops", 0))
+        lim = r.get("limit")
         limit = f"{lim['limit_ms']:.3f} ({lim['bound']})" if lim else "-"
         frac = f"{lim['limit_ms'] / cand:.2f}" if lim and cand else "-"
         ms = {k: f"{r[k]['mean_ms']:.3f}" if isinstance(r.get(k), dict) else "-" for k in ("eager", "compiled", "candidate")}
