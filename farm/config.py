@@ -101,13 +101,11 @@ class S3Settings:
 class ReferenceSettings:
     seed: int = field(default=0, metadata=_meta("seed for get_init_inputs/get_inputs"))
     timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process"))
-    seed_sets: int = field(default=4, metadata=_meta(
-        "secret seed sets recorded per reference-data-mode op (verification and timing rotate through them)"))
+    seed_sets: int = field(default=4, metadata=_meta("secret seed sets per reference-data-mode op (task-format.md)"))
     cases: int = field(default=-1, metadata=_meta("cases of the shape space recorded beside each .pt; -1: 6, 2 on cpu"))
     jobs: int = field(default=1, metadata=_meta(
         "ops whose reference data is made at once on one device; 0: 1 on cpu, else a quarter of the cores, at most 4"))
-    ship_max_mb: float = field(default=256.0, metadata=_meta("inputs+outputs over this are stored as seed + digest and "
-                                                             "output samples where the target can redraw (-1: never)"))
+    ship_max_mb: float = field(default=256.0, metadata=_meta("a set over this many MiB is kept compact (-1: never)"))
 
     def __post_init__(self) -> None:
         _positive("reference.timeout_s", self.timeout_s)
