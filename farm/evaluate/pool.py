@@ -52,14 +52,15 @@ class RunnerPool:
         self._quiet = quiet.for_device(spec.label, host_wide=not spec.target.interpret)
 
     def take(self) -> Sandbox:
-        """A started runner that has run nothing; blocks while the next one starts. With size
-        0 the runner is started in the calling thread."""
-        if self.size == 0:
-            with self._cv:
-                self.taken += 1
-            return self._start()
+        """A started runner that has run nothing; blocks while the next one starts. The first
+        (and every one with size 0) is started in the calling thread; from the second on, the
+        starter threads keep `size` ready."""
         with self._cv:
             self.taken += 1
+            inline = self.size == 0 or (self.taken == 1 and not self.ready)
+        if inline:  # an evaluator's first candidate (farm eval has no second) waits, as it always did
+            return self._start()
+        with self._cv:
             self._spawn()
             while not self.ready:
                 self._cv.wait()

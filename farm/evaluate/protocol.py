@@ -40,6 +40,9 @@ class Reply:
             raise KeyError(name)
         return getattr(self, name)
 
+    def keys(self) -> list[str]:  # `{**reply}`: its fields, as the mapping it arrived as
+        return sorted(self._names())
+
     def __contains__(self, name: str) -> bool:
         return name == "ok" or (name in self._names() and getattr(self, name) is not None)
 
