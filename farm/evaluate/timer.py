@@ -7,8 +7,9 @@ the reply, on a clock no runner can touch. A round costs the calls the runner cl
 harness's own work around them (flushes, synchronisations, the reply); that work is measured
 on the trusted runner, whose rounds in the same comparison run the same harness on the same
 device. A candidate whose claimed time covers less than CLAIM_FLOOR of what the evaluator's
-clock saw, once up to OVERHEAD_FACTOR times the trusted harness's overhead is taken off, has
-claimed time it did not take: `cheat`, once a second measurement says the same.
+clock saw, once up to OVERHEAD_FACTOR times the trusted harness's overhead is taken off, in
+every round, has claimed time it did not take: `cheat`, once a second measurement says the
+same (a busy host stalls some rounds; a lie is in all of them).
 
 What this bounds: where a round's calls take more than a few times the harness's own work
 (a graph round, a CPU round, any kernel of tens of microseconds and more), a rewritten clock,
@@ -77,26 +78,23 @@ class RoundClock:
         return seen[(len(seen) - 1) // 2] if seen else None
 
     def check(self, who: str, trusted: set[str]) -> str:
-        """Why `who`'s claims disagree with the evaluator's clock, or "". Judged on the median
-        round, so that a host stall in one round is not a lie; a lie is in every round."""
-        unexplained, claimed, walls = [], [], []
+        """Why `who`'s claims disagree with the evaluator's clock, or "". Only where every round
+        of `who` does: a busy host stalls some rounds, a runner that lies lies in all of them."""
+        worst = None
         for r in self.rounds:
             overhead = self.overhead_ms(r.mode, trusted)
             if r.who != who or r.exempt or overhead is None:
                 continue
             lead = MAX_LEAD_MS * r.calls if self.lead_allowed and r.mode == "events" else 0.0
-            unexplained.append(r.wall_ms - OVERHEAD_FACTOR * overhead - lead - SLACK_MS)
-            claimed.append(r.claimed_ms)
-            walls.append(r.wall_ms)
-        if not claimed:
+            unexplained = r.wall_ms - OVERHEAD_FACTOR * overhead - lead - SLACK_MS
+            if not (unexplained > 0 and r.claimed_ms < CLAIM_FLOOR * unexplained):
+                return ""
+            worst = r
+        if worst is None:
             return ""
-        u, c = sorted(unexplained)[(len(unexplained) - 1) // 2], sorted(claimed)[(len(claimed) - 1) // 2]
-        if u > 0 and c < CLAIM_FLOOR * u:
-            w = sorted(walls)[(len(walls) - 1) // 2]
-            return (f"the runner claimed {c:.3f} ms of timed calls in rounds the evaluator's clock saw take "
-                    f"{w:.3f} ms, more than the harness's own work explains: its timings were not measured "
-                    "on the calls it ran")
-        return ""
+        return (f"the runner claimed {worst.claimed_ms:.3f} ms of timed calls in a round the evaluator's clock saw "
+                f"take {worst.wall_ms:.3f} ms, more than the harness's own work explains, and so in every round: "
+                "its timings were not measured on the calls it ran")
 
     def summary(self, who: str) -> dict:
         mine = [r for r in self.rounds if r.who == who]

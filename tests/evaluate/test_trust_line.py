@@ -225,6 +225,10 @@ def test_a_runner_that_claims_less_time_than_the_evaluators_clock_saw_is_caught(
     assert honest.check("candidate", {"Model", "Reference"}) == ""
     stalled_host = _scripted_rounds(claimed=40.0, wall_extra=30.0)  # its calls took longer, and it says so
     assert stalled_host.check("candidate", {"Model", "Reference"}) == ""
+    one_stall = _scripted_rounds(claimed=4.0, wall_extra=0.0)  # a fast honest kernel...
+    one_stall.rounds[0].wall_ms += 200.0  # ...one of whose rounds a busy host held up
+    one_stall.rounds[2].claimed_ms, one_stall.rounds[4].claimed_ms = 40.0, 40.0
+    assert one_stall.check("candidate", {"Model", "Reference"}) == ""
     forged = _scripted_rounds(claimed=40.0 / 15, wall_extra=0.0)  # a patched clock: 15x
     assert "not measured on the calls it ran" in forged.check("candidate", {"Model", "Reference"})
 
