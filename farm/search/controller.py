@@ -273,13 +273,11 @@ class OpSearch:
         # compile-ahead: checked and compiled off the device; a candidate failing there never takes a device turn
         result = self.ahead.prepare(rec.source, rec.id) if self.ahead else None
         device = self.devices[0].label
-        if not isinstance(result, EvalResult):  # ready for the device, in the runner compile-ahead started (or none)
-            runner = result
+        if not isinstance(result, EvalResult):  # ready for the device (in the runner compile-ahead started, if any)
             self.device_queue.inc()
-            evaluator = pipeline.take_evaluator(pool, runner.spec.label if runner is not None else None)
+            evaluator, extra = pipeline.take_evaluator(pool, result)
             self.device_queue.dec()
             try:
-                extra = {"runner": runner} if runner is not None else {}
                 result = evaluator.evaluate(rec.source, name=rec.id, bar=self._bar(), **extra)
                 device = evaluator.spec.label
             finally:

@@ -53,13 +53,17 @@ def compile_ahead(search, evaluator) -> ahead.CompileAhead | None:
                               configure=evaluator._configure, prime=evaluator._prime)
 
 
-def take_evaluator(pool, label: str | None):
-    """An evaluator from the search's pool; with `label`, the one of that device (a runner that
-    compile-ahead started there goes on with it)."""
+def take_evaluator(pool, runner=None) -> tuple:
+    """An evaluator from the search's pool and what its evaluate() is given: with a `runner` that
+    compile-ahead started and loaded the candidate in, the evaluator of that runner's device,
+    which goes on with it."""
     while True:
         evaluator = pool.get()
-        if label is None or getattr(getattr(evaluator, "spec", None), "label", label) == label:
-            return evaluator
+        label = getattr(getattr(evaluator, "spec", None), "label", None)
+        if runner is None:
+            return evaluator, {}
+        if label is None or label == runner.spec.label:
+            return evaluator, {"runner": runner}
         pool.put(evaluator)  # another device's: its own candidates take it
         time.sleep(0.005)
 
