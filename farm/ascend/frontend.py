@@ -37,6 +37,9 @@ from typing import Any
 Wrap = Callable[[list[str], Path, dict, list], list[str]]
 
 from farm.errors import FarmError
+from farm.runtime import scratch as hostile
+
+RESULT_CAP = 16 << 20  # bytes of a recording child's result file read back
 
 log = logging.getLogger(__name__)
 
@@ -329,16 +332,19 @@ def _record_wrapped(path: Path, cls_name: str, init_inputs: list | None, inputs:
         argv = wrap([sys.executable, "-c", launcher, str(path), cls_name, str(scratch / "inputs.pt"),
                      str(scratch / "launches.json")], scratch, env, [path.parent])
         try:
-            done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s, env=env,
-                                  cwd=scratch, start_new_session=True)
+            done = hostile.run_capped(argv, timeout_s, env=env, cwd=scratch, start_new_session=True)
         except subprocess.TimeoutExpired:
             return [], f"no result after {timeout_s:.0f} s"
-        out = scratch / "launches.json"
-        if not out.is_file():
+        try:  # written by the candidate's process: no link followed, no FIFO opened, no unbounded read
+            value = json.loads(hostile.read_capped(scratch, "launches.json", RESULT_CAP))
+        except FileNotFoundError:
             lines = (done.stderr or done.stdout).strip().splitlines()
             return [], lines[-1] if lines else f"exited {done.returncode}"
-        value = json.loads(out.read_text())
-    return value["launches"], value["error"]
+        except (hostile.UnsafeFile, ValueError) as exc:
+            return [], f"the recording child left no usable result: {exc}"
+        if not isinstance(value, dict) or not isinstance(value.get("launches"), list):
+            return [], "the recording child left no usable result"
+    return value["launches"], str(value.get("error", ""))
 
 
 def record_main() -> None:
@@ -393,8 +399,7 @@ def compile_launches(python: Path, launches: list[dict], timeout_s: float = COMP
             argv = wrap(argv, Path(tmp), env, [venv, Path(os.path.realpath(python)).parent.parent, CHILD.parent,
                                                *{Path(j["file"]).parent for j in jobs}])
         try:
-            done = subprocess.run(argv, check=False, capture_output=True, text=True,
-                                  timeout=timeout_s, env=env, cwd=tmp)
+            done = hostile.run_capped(argv, timeout_s, env=env, cwd=tmp)
         except subprocess.TimeoutExpired:
             raise FarmError(f"the triton-ascend frontend took more than {timeout_s:.0f} s") from None
     try:

@@ -3,51 +3,55 @@ verifies and times earlier ones (the search's pipeline, docs/search.md "Pipeline
 
 A search used to keep its device's runner busy with Triton's JIT compiles: a new candidate's
 first run compiles every kernel it launches (LLVM, ptxas: tenths of a second to seconds each)
-while the device waits, one candidate at a time. `CompileAhead` keeps a bounded pool of
-candidate runners of its own (the same sandbox, the same device pinning and, what matters,
-the same TRITON_CACHE_DIR as the device's runner). For each candidate it:
+while the device waits, one candidate at a time. `CompileAhead` takes a fresh
+runner for each candidate from a warm pool (farm.evaluate.pool: the same sandbox and device
+pinning as the evaluator's), at most `size` candidates at once. For each candidate it:
 
 1. runs the static checks (a failure is the verdict the evaluator would give, at no cost);
 2. loads the source in one of its runners: a candidate that fails to import, defines no
    ModelNew or cannot be built gets the verdict the evaluator's compile stage would give, and
    one that hangs or kills its runner there gets `timeout` or `crash`, under the same limit;
 3. runs forward once with every Triton launch turned into Triton's own warm-up (compile, write
-   the cache, launch nothing: `JITFunction.run(warmup=True)`). The device's runner then finds
-   each kernel in the cache on disk. A hang here (a compiler that never returns) is the
+   the runner's own cache, launch nothing: `JITFunction.run(warmup=True)`), then hands that
+   very runner to the evaluator, which verifies and times the candidate in it: its kernels are
+   in its cache. No runner's compiler cache is shared: a candidate could plant entries there
+   that another candidate, or the trusted runner, would load. A hang here (a compiler that never returns) is the
    candidate's `timeout` within the compile limit, where the device's runner would have met
    it, and costs the device nothing. Nothing else here is a verdict: no kernel ran, so forward
    computed on garbage, and an error or a crash (a size read from an unwritten output, the
    memory limit) may be the garbage's; the device's runner judges the real run (a real crash
    there is quick). After an error the runner is replaced: garbage may have broken its device
-   context. The one case where garbage could change a verdict: a forward whose host loop
-   waits on values its kernels compute would hang here, `timeout`, where the real run ends.
+   context, and the candidate gets a fresh runner on the device. The one case where garbage
+   could change a verdict: a forward whose host loop waits on values its kernels compute would
+   hang here, `timeout`, where the real run ends.
 
 Why this route and not Triton's compile API from recorded launch signatures: the launches a
 candidate makes (their specialisations, constexprs, autotuner configs) are only known by
 running its Python, and a warm-up launch inside its own forward records and compiles exactly
 those, autotune configs included (an autotuner in a warm runner compiles every config and
-times none, sandbox_child._compile_only_autotune, and its disk cache is kept off, so no choice
-made on garbage timings reaches the device's runner). On a CUDA host the warm runner
+times none, sandbox_child._compile_only_autotune, and forgets the choices it made on garbage
+timings afterwards; its disk cache is kept off). On a CUDA host the warm runner
 holds a CUDA context but launches no Triton kernel (the candidate's PyTorch calls around its
 kernels, allocations and small copies, do run); on the interpreter there is nothing to compile, so
 the automatic pool size there is 0 (the old, sequential path; tests ask for a pool).
 
-The pool's runners are stopped while their device is timed (farm.evaluate.quiet), so that the
-compilers never share the host with a timing.
+Runners starting, waiting or compiling are stopped while their device is timed
+(farm.evaluate.quiet), so that the compilers never share the host with a timing.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
-from queue import Queue
+from collections.abc import Callable
 
 from farm.config import current_settings, mask_secrets, secret_values
 from farm.evaluate import quiet, static_checks
 from farm.evaluate.boundary import Boundary
+from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import EvalResult
-from farm.evaluate.result import nbytes as _nbytes
 from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
 from farm.observe import metrics
 from farm.runtime.isolation import trim
@@ -68,57 +72,73 @@ def pool_size(requested: int | None, spec: DeviceSpec) -> int:
 
 
 class CompileAhead:
-    """A bounded pool of runners that check and compile candidates before their device turn.
-    `prepare` blocks while every runner is busy: callers are the search's bounded set of
-    candidates in flight, so neither the queue nor memory grows with the budget."""
+    """Checks and compiles candidates before their device turn, each in a fresh runner that then
+    goes to the device. `prepare` blocks while `size` candidates are compiling: callers are the
+    search's bounded set of candidates in flight, so neither the queue nor memory grows with
+    the budget."""
 
-    def __init__(self, specs: list[DeviceSpec], size: int, init_inputs: list, inputs: list, expected: list,
-                 limits: Limits, boundary: Boundary, target: str):
+    def __init__(self, specs: list[DeviceSpec], size: int, init_inputs: list, inputs: list,
+                 limits: Limits, boundary: Boundary, target: str,
+                 configure: Callable[[Sandbox], None] | None = None,
+                 prime: Callable[[Sandbox], None] | None = None):
         self.limits = limits
         self.init_inputs, self.inputs = init_inputs, inputs
         self.secrets = secret_values(current_settings())
-        self.free: Queue[Sandbox] = Queue()
-        self.runners: list[Sandbox] = []
-        for i in range(size):  # spread over the search's devices: one CUDA context more per device at most
-            box = Sandbox(specs[i % len(specs)], limits, boundary)
-            box.output_nbytes = _nbytes(expected)
+        self.boundary = boundary
+        self.configure = configure
+
+        def setup(box: Sandbox) -> None:
+            if configure is not None:
+                configure(box)
             box.extra_env = {"TRITON_CACHE_AUTOTUNING": "0"}  # no autotune choice made on garbage timings
-            self.runners.append(box)
-            self.free.put(box)
-            # stopped while the device is timed: their compilers would stretch a host-bound figure
-            quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret).add(box)
+
+        per_device = max(1, size // len(specs))
+        self.pools = [RunnerPool(spec, limits, boundary, per_device, configure=setup, prime=prime) for spec in specs]
+        self._next_pool = itertools.cycle(self.pools)
+        self.slots = threading.Semaphore(size)
         self.depth = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or specs[0].label, "compile")
         self.lock = threading.Lock()
         self.waiting = 0
         self.prepared = 0  # candidates handed on to the device
         self.judged = 0  # candidates given their verdict here
 
-    def prepare(self, source: str, name: str) -> EvalResult | None:
-        """The verdict where the candidate fails before it needs the device; None where it is
-        ready for the device (its kernels in the cache)."""
+    def prepare(self, source: str, name: str) -> EvalResult | Sandbox:
+        """The verdict where the candidate fails before it needs the device; else the fresh
+        runner it is loaded and compiled in, for the evaluator of that runner's device."""
         started = time.monotonic()
         verdict, reason = static_checks.static_verdict(source)
         if verdict:
             return self._judged(EvalResult(verdict=verdict, reason=reason), started)
         self._wait(+1)
-        box = self.free.get()
+        self.slots.acquire()
         self._wait(-1)
         try:
-            result = self._warm(box, source, name)
+            with self.lock:
+                pool = next(self._next_pool)
+            box = pool.take()
+            calm = quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret)
+            calm.add(box)  # its compilers stop while the device is timed
+            try:
+                result = self._warm(box, source, name)
+            finally:
+                calm.remove(box)
+        except SandboxDied as died:  # no runner could be started: the evaluator's own start says so again
+            return self._judged(EvalResult(verdict=died.kind, reason=str(died).splitlines()[0], log=str(died)),
+                                started)
         finally:
-            self.free.put(box)
-        if result is not None:
+            self.slots.release()
+        if isinstance(result, EvalResult):
+            box.close()
             return self._judged(result, started)
         with self.lock:
             self.prepared += 1
-        return None
+        return result
 
-    def _warm(self, box: Sandbox, source: str, name: str) -> EvalResult | None:
+    def _warm(self, box: Sandbox, source: str, name: str) -> EvalResult | Sandbox:
         try:
             reply = box.call("load_source", self.limits.compile_s, source=source, init_inputs=self.init_inputs,
                              name=name)
-            if not reply.get("ok"):
-                box.kill()  # as the evaluator does after a failed load: the next candidate starts clean
+            if not reply.ok:
                 error = reply.get("error", "")
                 kind = reply.get("kind", "runtime_error")
                 return EvalResult(verdict=kind, reason=error.strip().splitlines()[-1] if error.strip() else kind,
@@ -130,16 +150,25 @@ class CompileAhead:
         except SandboxDied as died:
             if died.kind == "timeout":  # a compiler (or forward) that never returns: not on the device's time
                 return EvalResult(verdict="timeout", reason=str(died).splitlines()[0], log=str(died))
-            return None  # a crash may come from the garbage (a size read from an unwritten output): judged there
-        if reply.get("error"):
-            box.kill()  # garbage may have broken the runner's device context: the next candidate gets a fresh one
-        return None
+            return self._fresh(box)  # a crash may come from the garbage (a size read from an unwritten output)
+        if not reply.ok or reply.get("error"):
+            return self._fresh(box)  # garbage may have broken the runner's device context
+        return box
+
+    def _fresh(self, box: Sandbox) -> Sandbox:
+        """A runner for a candidate whose warm run went wrong on garbage: a new one (its kernels
+        are compiled on the device then), with the same setup."""
+        box.close()
+        fresh = Sandbox(box.spec, box.limits, box.boundary)
+        if self.configure is not None:
+            self.configure(fresh)
+        return fresh
 
     def _judged(self, result: EvalResult, started: float) -> EvalResult:
         result.reason = trim(mask_secrets(result.reason or "", self.secrets), 2000)
         result.log = trim(mask_secrets(result.log or "", self.secrets), 4000)
         result.stage_s["ahead"] = result.stage_s["total"] = time.monotonic() - started
-        result.sandbox = self.runners[0].boundary.kind if self.runners else ""
+        result.sandbox = self.boundary.kind
         with self.lock:
             self.judged += 1
         return result
@@ -150,6 +179,4 @@ class CompileAhead:
         self.depth.inc(delta)
 
     def close(self) -> None:
-        for box in self.runners:
-            quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret).remove(box)
-        close_all(self.runners)
+        close_all(self.pools)

@@ -8,10 +8,12 @@ A runner started through `wrap()` lives in namespaces of its own:
   them), a few files of /etc that the dynamic loader and the C library read, the Python
   environment (its prefixes and the folders on sys.path, never HOME itself), the farm package
   alone (not the checkout around it, which holds configs/), and what the caller names (a
-  task's folder); read-write only its scratch folder and the compiler caches it is given; a
-  private /tmp; a minimal /dev plus the device nodes of its one pinned device; /sys read-only;
+  task's folder); read-write only its scratch folder (a size-limited tmpfs that exists only
+  inside), a private size-limited /tmp and /dev/shm; a minimal /dev plus the device nodes of
+  its one pinned device; /sys read-only;
 - processes: a PID namespace with its own /proc, so no /proc/<parent>/environ or /mem;
-  all capabilities dropped; a new session (no terminal to inject into); killed with its parent.
+  a user namespace in which no further one can be made (--disable-userns); all capabilities
+  dropped; a new session (no terminal to inject into); killed with its parent.
 
 Why bubblewrap rather than Landlock: see docs/evaluator.md ("Sandbox"). In short, one
 well-kept setuid-free binary gives all three (network, files, processes) with namespaces that
@@ -110,10 +112,16 @@ def probe() -> Boundary:
 # ------------------------------------------------------------------ the command line
 
 
-def _base_args() -> list[str]:
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr",
-            "--ro-bind-try", "/sys", "/sys"]
+TMP_MB = 512  # the private /tmp and /dev/shm, each (tmpfs: memory, so bounded)
+
+
+def _base_args(tmp_mb: int = TMP_MB) -> list[str]:
+    # --unshare-user with --disable-userns: no nested user namespace (where a candidate would
+    # hold every capability again) can be created inside
+    size = str(int(tmp_mb) << 20)
+    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+            "--size", size, "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr", "--ro-bind-try", "/sys", "/sys"]
     for name in _TOP_LEVEL:
         path = Path("/" + name)
         if path.is_symlink():  # merged /usr: /lib -> usr/lib
@@ -159,23 +167,35 @@ def python_paths(extra_pythonpath: str = "") -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+SCRATCH = Path("/scratch")  # a runner's folder inside the boundary (scratch_mb given to wrap)
+
+
 def wrap(argv: list[str], *, scratch: Path, env: dict[str, str], devices: list[str] = (),
-         read_only: list = (), writable: list = ()) -> list[str]:
+         read_only: list = (), writable: list = (), scratch_mb: int | None = None,
+         tmp_mb: int = TMP_MB) -> list[str]:
     """The bwrap command line that runs `argv` inside the boundary, in `scratch`: `devices`
     (device files) as they are, `read_only` and the Python environment read-only, `writable`
-    (compiler caches) and `scratch` read-write."""
+    read-write. With `scratch_mb`, `scratch` (SCRATCH) is a tmpfs of that size that exists only
+    inside and goes with the sandbox: nothing a runner writes reaches the host's disk or
+    outlives it. Without, the host folder `scratch` is bound read-write (the ascend frontend's
+    children, whose result file the caller reads with farm.evaluate.scratch)."""
     binary = shutil.which("bwrap")
     if binary is None:
         raise FarmError("bubblewrap (bwrap) is no longer on PATH; the sandbox cannot start")
-    args = [binary, *_base_args()]
+    args = [binary, *_base_args(tmp_mb)]
     ro = python_paths(env.get("PYTHONPATH", "")) + [Path(p).resolve() for p in read_only]
     for path in dict.fromkeys(ro):
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
-    for path in [*writable, scratch]:
+    for path in writable:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         args += ["--bind", str(path), str(path)]
+    if scratch_mb is not None:
+        args += ["--size", str(int(scratch_mb) << 20), "--tmpfs", str(scratch)]
+    else:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+        args += ["--bind", str(scratch), str(scratch)]
     for node in devices:
         args += ["--dev-bind", node, node]
     args += ["--chdir", str(scratch), "--"]

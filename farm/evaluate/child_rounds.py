@@ -22,8 +22,8 @@ class RoundsMixin:
 
     def warm(self, key: str) -> dict:
         """Compile-ahead (farm.evaluate.ahead): forward on an input set with every Triton launch
-        compiled but not run, so that Triton's cache on disk (shared with the device's runner)
-        holds the kernels before the device's runner asks for them. No kernel runs, so what the
+        compiled but not run, so that this runner's own Triton cache holds the kernels before it
+        goes on to the device with the same candidate. No kernel runs, so what the
         forward computes is garbage and its errors are not the candidate's: they are reported,
         never judged (the device's runner judges the real run)."""
         if self.model is None:
@@ -36,6 +36,9 @@ class RoundsMixin:
             error = trim(f"{type(exc).__name__}: {exc}", 500)
         finally:
             type(self.launches).compile_only = False
+            for tuner in self.launches.tuned:  # this runner goes on to the device: no choice made on garbage stays
+                getattr(tuner, "cache", {}).clear()
+            self.launches.tuned.clear()
         return {"ok": True, "error": error}
 
     def time_round(self, slot: str | None, keys: list[str], mode: str, reps: int, calls: int = 0,

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from farm.evaluate import limits, quiet, timing
 from farm.evaluate import speedup as speedups
 from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
-from farm.evaluate.sandbox import SandboxDied
-from farm.runtime import compare
+from farm.evaluate.sandbox import SandboxDied, close_all
+from farm.evaluate.timer import RoundClock
+from farm.evaluate.verifier import Case
 from farm.targets import DeviceSpec
 
 # device label -> its measured floor (farm.evaluate.floor), shared by the process's evaluators
@@ -46,7 +47,7 @@ class Comparison:
             if cpu is None:
                 yield
                 return
-            runners = (self.candidates, self.references)
+            runners = [r for r in (self.candidates, self.references) if r is not None]
             self._pinned = True
             for runner in runners:
                 runner.pin({cpu})
@@ -82,7 +83,8 @@ class Comparison:
         """Model and Reference kept side by side in the trusted runner, on the secret input
         sets the candidates are timed on; {slot: "" if loaded else why not}. Reloaded after
         the runner was replaced."""
-        if self._slots is not None and self._slots[0] == self.references.starts and self.references.alive:
+        if self._slots is not None and self._slots[0] == (id(self.references), self.references.starts) \
+                and self.references.alive:
             return self._slots[1]
         keys, cases = self._time_cases()
         slots: dict[str, str] = {}
@@ -94,15 +96,15 @@ class Comparison:
                                              shapes=self.shapes, which=which, init_inputs=self.init_inputs, slot=which,
                                              policy=self.ref.policy, reference=self.task.reference_cls.__name__
                                              if self.task.reference_cls else None)
-                slots[which] = "" if reply.get("ok") else (reply.get("error") or "cannot be built")[-300:]
+                slots[which] = "" if reply.ok else (reply.get("error") or "cannot be built")[-300:]
             except SandboxDied as exc:
                 slots[which] = str(exc)[-300:]
         for key, (inputs, _expected) in zip(keys, cases):
             if key not in self.references.cached_inputs:
                 reply = self.references.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs)
-                if reply.get("ok"):
+                if reply.ok:
                     self.references.cached_inputs.add(key)
-        self._slots = (self.references.starts, slots)
+        self._slots = ((id(self.references), self.references.starts), slots)
         return slots
 
     def op_timing(self) -> dict:
@@ -124,7 +126,7 @@ class Comparison:
                     reply = {"ok": True, "capture_error": "capture_failed", "detail": str(exc)[:300]}
                 if reply.get("capture_error"):
                     capture_error = reply["capture_error"]
-                elif reply.get("ok"):
+                elif reply.ok:
                     graph_ms = sorted(reply["samples"])[len(reply["samples"]) // 2]
             per_call = self.baseline().get(f"{(original or 'model').lower()}_timing") or {}
             mode, reason = timing.choose_mode(self.settings.mode, self.spec.target.name, graph_ms, capture_error,
@@ -153,28 +155,38 @@ class Comparison:
             reply = self.references.call("device_limits", self.settings.limits.time_s)
         except SandboxDied:
             return None
-        return reply.get("limits") if reply.get("ok") else None
+        return reply.get("limits") if reply.ok else None
 
-    def _round(self, who: str, keys: list[str], mode: str, calls: int, reps: int, outputs: bool = False) -> dict:
+    def _round(self, who: str, keys: list[str], mode: str, calls: int, reps: int, outputs: bool = False,
+               captures: bool = False):
+        """One round, timed on this process's clock as well (farm.evaluate.timer). A round that
+        sends outputs back or captures a graph holds more than the harness's usual work: timed,
+        not compared with the others."""
         args = dict(keys=keys, mode=mode, reps=reps, calls=calls, inplace_args=self.task.inplace_args,
                     flush=self.settings.timing.get("flush", "write"), outputs=outputs)
-        if who == speedups.CANDIDATE:
-            all_keys = self._time_cases()[0]
-            if mode == "graph" and outputs and not self.task.inplace_args and len(all_keys) > 1:
-                args["swap_key"] = all_keys[1]  # a set the graph was never captured on
-            reply = self._call("time_round", self.settings.limits.time_s, slot=None, **args)
-            if "swap_check" in reply:
-                self._swap_check = reply["swap_check"]
-            if reply.get("capture_error") or self._null_run:
-                return reply
-            if reply["side_stream"] or reply["foreign_thread"]:
-                raise Stop("cheat", "kernels ran outside the timed stream while being timed")
-            if mode == "graph" and reply.get("captured") and reply["launches"] < calls:
-                raise Stop("cheat", f"{calls} captured calls launched only {reply['launches']} Triton kernels")
-            if mode == "events" and reply["launches"] < reps:
-                raise Stop("cheat", f"{reps} timed calls launched only {reply['launches']} Triton kernels")
+        timed_calls = reps * (calls or 1)
+        if who != speedups.CANDIDATE:
+            reply = self._clock.time(who, mode, timed_calls, lambda: self.references.call(
+                "time_round", self.settings.limits.time_s, slot=who, **args), exempt=outputs)
+            if reply.ok and reply.get("captured") and self._clock.rounds:
+                self._clock.rounds[-1].exempt = True  # the trusted runner's word: it never runs candidate code
             return reply
-        return self.references.call("time_round", self.settings.limits.time_s, slot=who, **args)
+        all_keys = self._time_cases()[0]
+        if mode == "graph" and outputs and not self.task.inplace_args and len(all_keys) > 1:
+            args["swap_key"] = all_keys[1]  # a set the graph was never captured on
+        reply = self._clock.time(who, mode, timed_calls, lambda: self._call(
+            "time_round", self.settings.limits.time_s, slot=None, **args), exempt=outputs or captures)
+        if "swap_check" in reply:
+            self._swap_check = reply["swap_check"]
+        if reply.get("capture_error") or self._null_run:
+            return reply
+        if reply["side_stream"] or reply["foreign_thread"]:
+            raise Stop("cheat", "kernels ran outside the timed stream while being timed")
+        if mode == "graph" and reply.get("captured") and reply["launches"] < calls:
+            raise Stop("cheat", f"{calls} captured calls launched only {reply['launches']} Triton kernels")
+        if mode == "events" and reply["launches"] < reps:
+            raise Stop("cheat", f"{reps} timed calls launched only {reply['launches']} Triton kernels")
+        return reply
 
     def _put_time_cases(self) -> None:
         keys, cases = self._time_cases()
@@ -198,25 +210,28 @@ class Comparison:
         outputs: dict = {}
         half = 2 * len(baselines) * (rounds // 2)  # the candidate round that ends the first half
         last = len(order) - 1
+        first = True  # the candidate's first round: in a graph, its capture
         for i, who in enumerate(order):
             if who in failed:
                 continue
             if i == half and i < last and self._out_of_running(timed, bar):
                 last = i  # its last round: the outputs checked are this one's
                 self._cut = sum(1 for w, _ in timed if w != speedups.CANDIDATE)
-            reply = self._round(who, keys, mode, calls, reps, outputs=(i == last))
+            reply = self._round(who, keys, mode, calls, reps, outputs=(i == last),
+                                captures=first and who == speedups.CANDIDATE and mode == "graph")
+            first = first and who != speedups.CANDIDATE
             if reply.get("capture_error"):
                 if who == speedups.CANDIDATE:
                     raise NotCapturable(reply["capture_error"], reply.get("detail", ""))
                 failed[who] = f"not capturable ({reply['capture_error']})"
                 continue
-            if not reply.get("ok"):
+            if not reply.ok:
                 failed[who] = (reply.get("error") or "failed").strip().splitlines()[-1][:300]
                 continue
             timed.append((who, statistics.median(reply["samples"])))
             if who == speedups.CANDIDATE:
                 samples.extend(reply["samples"])
-                outputs = reply.get("outputs", outputs)
+                outputs = reply["outputs"] if reply.get("outputs") is not None else outputs
             if i == last:
                 break
         return timed, samples, outputs, failed
@@ -239,6 +254,7 @@ class Comparison:
         (a baseline that cannot be captured is compared per call, in a second interleaved
         sequence of its own). `bar`: the op's best ratio against the Model so far."""
         rounds = rounds or self.settings.rounds
+        self._clock = RoundClock(lead_allowed=self.spec.target.name == "cuda")
         self._swap_check = None
         self._cut = 0  # baseline rounds run before the candidate was found out of the running
         op = self.op_timing()
@@ -248,7 +264,6 @@ class Comparison:
         try:
             timed, samples, outputs, failed = self._interleave(mode, ready, rounds, bar)
         except NotCapturable as nc:
-            self._kill_after = True
             mode, reason = "events", f"candidate not capturable ({nc.kind}): timed per call"
             timed, samples, outputs, failed = self._interleave(mode, ready, rounds)
         per_mode = {mode: timed}
@@ -258,9 +273,11 @@ class Comparison:
             failed = {w: why for w, why in failed.items() if w not in graph_failed}
             failed.update(more_failed)
         self._check_timed_outputs(outputs, mode)
+        self._check_clock(mode, ready, rounds)
         self._record_timing(result, samples, mode, reason, op)
         comparison = {"op_mode": op["mode"], "op_mode_reason": op["reason"], "rounds": rounds,
-                      "round_reps": self.settings.round_reps, "graph_calls": op["graph_calls"]}
+                      "round_reps": self.settings.round_reps, "graph_calls": op["graph_calls"],
+                      "clock": self._clock.summary(speedups.CANDIDATE)}
         if self._cut:
             comparison["stopped"] = (f"out of the running after {self._cut} of {rounds * len(ready)} baseline rounds: "
                                      f"under {self.settings.out_of_running:g} x the op's best ({bar:.3g}x the Model)")
@@ -277,6 +294,21 @@ class Comparison:
         result.suspicious = bool(result.speedup_vs_reference and result.speedup_vs_reference > SUSPICIOUS_SPEEDUP)
         result.baseline = {k: v for k, v in self.baseline().items() if not k.endswith("_timing")}
         result.limit = self._limit(result.timing["median_ms"], mode)
+
+    def _check_clock(self, mode: str, ready: list[str], rounds: int) -> None:
+        """The candidate's claimed times against this process's clock (farm.evaluate.timer). A
+        disagreement is measured again, in rounds of their own, before it makes a `cheat`: a
+        host that stalled for a moment shows once, a runner that lies shows every time."""
+        trusted = {"Model", "Reference"}
+        if self._null_run or not self._clock.check(speedups.CANDIDATE, trusted):
+            return
+        first = self._clock
+        self._clock = RoundClock(lead_allowed=first.lead_allowed)
+        self._interleave(mode, ready, rounds)
+        disagrees = self._clock.check(speedups.CANDIDATE, trusted)
+        self._clock = first
+        if disagrees:
+            raise Stop("cheat", disagrees)
 
     def _record_timing(self, result: EvalResult, samples: list[float], mode: str, reason: str, op: dict) -> None:
         """The compared figure, its mode and why; the per-call pass kept beside it, labelled."""
@@ -302,11 +334,11 @@ class Comparison:
         if mode == "graph" and self.task.inplace_args:
             return
         keys, cases = self._time_cases()
-        for key, (_inputs, expected) in zip(keys, cases):
+        for key, (inputs, expected) in zip(keys, cases):
             got = outputs.get(key)
             if got is None:
                 continue  # not every set is reached by a short events round
-            if not compare.all_ok(compare.compare_outputs(got, expected, self.tolerance)):
+            if not self.verifier.ok(got, Case(key, inputs, expected, key)):
                 raise Stop("cheat", f"the compared calls on input set {key} ({mode}) did not compute the verified outputs")
 
     def _bytes_moved(self) -> int:
@@ -317,16 +349,15 @@ class Comparison:
         candidate runner and compared with the trusted runner's Model exactly as a candidate
         is. Its ratio is what "no faster" looks like on this device for this op (placement,
         runner); on the H100 it reached 1.04 for one op (docs/benchmarks.md)."""
-        self.candidates.kill()
         self._null_run = True
+        self.candidates = self.pool.take()
         try:
-            self.candidates.ensure_started()
             with self._device(VERIFICATION):
                 reply = self.candidates.call("load_task", self.settings.limits.compile_s,
                                              path=str(self.ref.path.resolve()), source=self.ref.source,
                                              shapes=self.shapes, which="Model", init_inputs=self.init_inputs,
                                              policy=self.ref.policy)
-                if not reply.get("ok"):
+                if not reply.ok:
                     return None
                 self._put_time_cases()
             result = EvalResult(verdict="pass")
@@ -337,28 +368,49 @@ class Comparison:
             return None
         finally:
             self._null_run = False
-            self.candidates.kill()
+            self._retire()
 
     def confirm(self, source: str, name: str = "confirm") -> dict:
-        """Re-time a candidate against the baselines in a fresh candidate runner, with the
-        promotion's number of rounds, after the null check (farm.evaluate.speedup.promotion
-        reads the result)."""
+        """The independent re-timing before promotion: the candidate re-verified and re-timed
+        against the baselines by a harness that shares no state with the search's runners (a
+        fresh candidate runner, a fresh trusted runner, secret input sets drawn now), with the
+        promotion's number of rounds, after the null check; farm.evaluate.speedup.promotion
+        reads the result beside the search's own figure."""
         if self.spec.target.interpret:  # the interpreter's timings would confirm nothing
             return {"timed": False, "runner": "none", "skipped": "interpreter timings are not kernel timings"}
-        return self._confirm(source, name)
+        with self._independent():
+            return self._confirm(source, name)
+
+    @contextmanager
+    def _independent(self) -> Iterator[None]:
+        """A trusted runner of its own and secret cases drawn for it, for the re-timing; the
+        search's are put back after (the search's runners hold nothing the re-timing uses)."""
+        saved = (self.references, self._cases, self._seeds, self._slots)
+        self.references = self._new_trusted()
+        self._slots = None
+        try:
+            self.references.ensure_started()
+            if not self.uses_seed_sets:  # else the stored secret sets are all the truth there is
+                drawn, seeds = self.draw_cases(self.settings.fresh_seeds, fresh=True, prefix="confirm")
+                self._cases, self._seeds = drawn + (saved[1] or [])[-self._probe_count():], seeds
+            yield
+        finally:
+            fresh, (self.references, self._cases, self._seeds, self._slots) = self.references, saved
+            close_all([fresh])
 
     def _confirm(self, source: str, name: str) -> dict:
         """The device alone only for the rounds (farm.evaluate.lease): the fresh runners' starts,
         loads and first runs share it with other ops' verifications."""
         with self._device(VERIFICATION):
             model_runs = self.model_runs()
-        self.candidates.kill()
         result = EvalResult(verdict="pass")
-        started = time.monotonic()
+        started = self._started = time.monotonic()
+        self.candidates = self.pool.take()
         try:
-            self.candidates.ensure_started()
+            self.references.ensure_started()
             with self._device(VERIFICATION):
-                self._compile(source, name)
+                first = self._compile(source, name)
+                self._verify(first, result)  # re-verified on the re-timing's own secret cases
                 self._put_time_cases()
             with self._device(TIMING, pin=True):
                 self._compare_all(result, rounds=self.settings.confirm_rounds)
@@ -370,16 +422,17 @@ class Comparison:
         except SandboxDied as died:
             return {"error": f"{died.kind}: {str(died).splitlines()[0]}"}
         finally:
-            self.candidates.kill()  # the search's next candidate starts clean too
+            self._retire()
         model = result.comparison.get("model")
         # the null check only where it can decide: a ratio that cannot clear the bar even over a
         # null of 1.0 is not promoted whatever the Model does against itself (issue 17: its
         # fresh runner and rounds held the device for about a second of every op)
         needed = model_runs and speedups.may_promote(model)
         null = self.null_check() if needed else None
-        return {"runner": "fresh", "time_ms": result.timing["median_ms"], "timing": result.timing,
-                "model": model, "reference": result.comparison.get("reference"),
+        return {"runner": "fresh", "harness": "independent", "time_ms": result.timing["median_ms"],
+                "timing": result.timing, "model": model, "reference": result.comparison.get("reference"),
                 "comparison": result.comparison, "limit": result.limit, "null": null,
+                "seeds_checked": result.seeds_checked,
                 "null_skipped": "" if needed or not model_runs else "the ratio cannot clear the promotion bar",
                 "timed": not self.spec.target.interpret,
                 "seconds": time.monotonic() - started}

@@ -6,6 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# What a verdict keeps of a candidate's words (its exception text, its log), after known
+# secrets are masked: stored in reports and databases and put into repair prompts.
+REASON_CHARS = 2000
+LOG_CHARS = 4000
+
 
 @dataclass
 class EvalResult:
@@ -36,6 +41,8 @@ class EvalResult:
     # "truth": ...}; "reference" = Reference run on the target on N secret fresh seeds,
     # "seed_sets" = N secret seed sets of the original Model recorded on the reference platform
     verified: dict = field(default_factory=dict)
+    # what bounded the runner besides time and memory: pids limit and how, tmpfs sizes (MB)
+    runner_limits: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:

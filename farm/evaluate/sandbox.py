@@ -1,35 +1,31 @@
-"""The candidate runner: a child process that loads candidate kernels and runs them on one
-pinned device, serving many candidates until one kills it.
+"""The candidate runner: a child process that loads candidate code and runs it on one pinned
+device, for one candidate (farm.evaluate.pool starts them ahead of time).
 
 Parent side: `Sandbox` starts the child as a fresh interpreter (not a fork: a fork would
 carry the parent's memory and /proc/self/environ, and with them the farm's secrets), with an
-allow-listed environment, its stdout/stderr in a size-limited log file, and a memory
+allow-listed environment, inside the operating-system boundary where there is one
+(farm.evaluate.boundary: bubblewrap), with a pids limit (farm.evaluate.pids) and a memory
 watchdog. Every command has a time limit; a timeout, a crash or an exceeded limit kills the
-child, the evaluation gets its verdict, and the next command starts a new child.
+child and the evaluation gets its verdict.
 
-Child side (`python -m farm.evaluate.sandbox FD`): executes candidate source, runs forward on inputs
-the parent sends, and returns outputs. It never receives expected outputs. Replies are
-serialised with torch.save and read by the parent with weights_only=True: the child is
-untrusted and may only send tensors and plain values back.
+Nothing the child sends is trusted as a path, a size or a time: its stdout and stderr go to an
+unlinked file the parent holds open (read through that descriptor, the tail only); its replies
+are frames of at most the size the command can need, complete before the command's deadline,
+decoded as plain data (farm.evaluate.wire) and parsed into the command's reply type
+(farm.evaluate.protocol). Large commands travel as anonymous memory files, so the parent never
+writes or reads a path in the child's folder, which inside the sandbox is a size-limited tmpfs
+that no one outside sees and that goes with the child.
 
-Threat model: candidates are generated code that may game the metric (cached outputs, side
-streams, PyTorch fallbacks, input mutation) or reach for what the worker holds (credentials
-files, the farm's config, the network, the parent's /proc). Where a `Boundary` is given
-(farm.evaluate.boundary: bubblewrap), the child runs inside it: loopback-only network, a
-read-only view of the Python environment and its device, writes to its scratch folder and
-the Triton cache only, its own /proc.
+Child side: farm.evaluate.sandbox_child. It never receives expected outputs.
 """
 
 from __future__ import annotations
 
 import atexit
-import io
 import logging
 import os
-import pickle
 import re
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -38,12 +34,14 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from farm.evaluate import boundary as os_boundary
+from farm.evaluate import pids, protocol, wire
+from farm.runtime import scratch
 from farm.evaluate.boundary import Boundary
+from farm.evaluate.protocol import Command, Failure, Reply
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import dumps, tensor_bytes
 from farm.targets import DeviceSpec
@@ -56,7 +54,7 @@ _ALLOWED_ENV = re.compile(
     r"CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|TRITON_[A-Z_]+|ASCEND_[A-Z_]+|ASCEND_HOME_PATH|TORCH_[A-Z_]+|"
     r"OMP_NUM_THREADS|MKL_NUM_THREADS|CC|CXX)$"
 )
-_SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
+_SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 
 @dataclass
@@ -71,6 +69,11 @@ class Limits:
     host_memory_mb: int = 16384  # resident memory of the child
     device_memory_fraction: float = 0.9  # of the pinned GPU
     log_mb: int = 64  # stdout + stderr of the child
+    # tmpfs inside the sandbox (memory, beside host_memory_mb): the runner's folder (its HOME and
+    # compiler caches) and its private /tmp and /dev/shm, each
+    scratch_mb: int = 1024
+    tmp_mb: int = 512
+    tasks: int = pids.MAX_TASKS  # processes and threads at once (farm.evaluate.pids)
 
 
 class SandboxDied(Exception):
@@ -84,17 +87,19 @@ class SandboxDied(Exception):
 def candidate_env(spec: DeviceSpec, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if _ALLOWED_ENV.match(k) and not _SECRET_NAME.search(k)}
     env.update(spec.child_env())
-    # the Triton compile cache survives child restarts, under the real home unless set
-    env.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))
     env["HOME"] = str(home)
+    # compiler caches of the runner's own, in its folder: no runner loads what another compiled
+    # (a candidate could plant entries a later candidate or the trusted runner would load)
+    for var, sub in _CACHE_VARS.items():
+        env[var] = str(home / sub)
     env["PYTHONUNBUFFERED"] = "1"
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the farm package
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
-# caches a runner may write besides its scratch folder: compiled kernels outlive a runner
-_CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
+_CACHE_VARS = {"TRITON_CACHE_DIR": ".triton/cache", "TORCHINDUCTOR_CACHE_DIR": ".inductor",
+               "CUDA_CACHE_PATH": ".nv/ComputeCache"}
 
 
 def _tree(pid: int) -> list[int]:
@@ -152,11 +157,12 @@ def _pin_tree(pid: int, cpus: set[int]) -> None:
                 continue
 
 
-FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data go through a file (Sandbox._message)
+FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data travel as a memory file (Sandbox._send)
+REPLY_BASE_BYTES = 4 << 20  # a reply without outputs: stats, samples, texts
 
 
 class Sandbox:
-    """Parent-side handle of one candidate child on one device."""
+    """Parent-side handle of one runner on one device (restarted on demand after it died)."""
 
     def __init__(self, spec: DeviceSpec, limits: Limits | None = None, boundary: Boundary | None = None,
                  read_only: tuple = ()):
@@ -166,11 +172,17 @@ class Sandbox:
         self.boundary = boundary or Boundary("none", "not requested")
         self.read_only = tuple(read_only)  # what the child may read besides the Python environment
         self.proc: subprocess.Popen | None = None
-        self.conn: Connection | None = None
-        self.workdir: Path | None = None
+        self.sock: socket.socket | None = None
+        self.workdir: Path | None = None  # the host folder of a runner without the sandbox
+        self.log = None  # the runner's stdout and stderr: an unlinked file only this handle holds
+        self.cgroup: Path | None = None
         self.starts = 0
         self.output_nbytes: list[int] | None = None  # sizes the runner poisons before each run
+        self.output_cap = 1 << 20  # bytes one output set may take in a reply (2x the expected, at least)
         self.extra_env: dict[str, str] = {}  # over the allow-listed environment (compile-ahead's runners)
+        self.cached_inputs: set[str] = set()
+        self.device_info: dict = {}
+        self.closed = False  # closed for good: never started again (a pool closing under a start)
         self._paused_since: float | None = None  # stopped by pause() since then
         self._paused_s = 0.0  # seconds stopped so far: time limits do not count them
         self._cpus: set[int] | None = None  # where pin() keeps the runner (None: where the OS puts it)
@@ -181,58 +193,79 @@ class Sandbox:
         limit = self.limits.log_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        if self.cgroup is not None:
+            pids.join(self.cgroup)
 
     @property
-    def log_path(self) -> Path:
-        return self.workdir / "child.log"
+    def scratch(self) -> Path:
+        """The runner's folder as the runner sees it."""
+        return os_boundary.SCRATCH if self.boundary.on else self.workdir
 
-    def _fresh_workdir(self) -> None:
-        """A new, empty working folder per runner: nothing a dead runner wrote is seen again."""
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+    def _fresh_folder(self) -> None:
+        """A new, empty folder per runner: inside the sandbox a tmpfs that exists only there;
+        without it a host folder, removed without following anything a runner left in it."""
+        self._release_folder()
         _OPEN.add(self)
-        self.workdir = Path(tempfile.mkdtemp(prefix="farm-sandbox-"))
+        _sweep_once()
+        if not self.boundary.on:
+            self.workdir = scratch.new_folder()
+
+    def _release_folder(self) -> None:
+        scratch.remove_tree(self.workdir)
+        self.workdir = None
 
     def start(self) -> None:
+        if self.closed:
+            raise SandboxDied("crash", "the runner was closed")
         self.resume()  # closes a pause of the runner this one replaces
-        self._fresh_workdir()
+        self.kill()
+        self._fresh_folder()
+        if self.log is not None:
+            self.log.close()
+        self.log = tempfile.TemporaryFile(prefix="farm-runner-log-")
+        self.cgroup = pids.new_group(self.limits.tasks) if self.boundary.on else None
         parent_sock, child_sock = socket.socketpair()
-        log_file = open(self.log_path, "wb")
         try:
-            # -c, with the working folder taken off sys.path: a candidate cannot plant modules
-            # that a runner would import
-            launcher = ("import sys; sys.path.pop(0); from farm.evaluate.sandbox_child import main; "
-                        f"main({child_sock.fileno()}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
-            env = {**candidate_env(self.spec, self.workdir), **self.extra_env}
-            argv = self._argv([sys.executable, "-c", launcher], env)
+            env = {**candidate_env(self.spec, self.scratch), **self.extra_env}
+            argv = self._argv([sys.executable, "-c", self._launcher(child_sock.fileno())], env)
             self.proc = subprocess.Popen(
                 argv,
-                pass_fds=(child_sock.fileno(),), env=env, cwd=self.workdir,
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                pass_fds=(child_sock.fileno(),), env=env, cwd=self.workdir or "/",
+                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                 preexec_fn=self._preexec, start_new_session=True,
             )
+        except BaseException:
+            parent_sock.close()
+            raise
         finally:
             child_sock.close()
-            log_file.close()
-        self.conn = Connection(os.dup(parent_sock.fileno()))
-        parent_sock.close()
+        self.sock = parent_sock
         self.starts += 1
-        self.cached_inputs: set[str] = set()
-        reply = self._receive(self.limits.start_s, "start")
-        if not reply.get("ok"):
+        self.cached_inputs = set()
+        reply = self._receive(None, self.limits.start_s, "start")
+        if not reply.ok:
             self.kill()
             raise SandboxDied("crash", f"candidate runner failed to start: {reply.get('error')}")
-        self.device_info = reply.get("device", {})
+        self.device_info = reply.device
         if self._cpus is not None:
             _pin_tree(self.proc.pid, self._cpus)  # a runner started while pinned is pinned too
+
+    def _launcher(self, fd: int) -> str:
+        # -c, with the working folder taken off sys.path: a candidate cannot plant modules that
+        # a runner would import. Inside the sandbox the runner caps its own tasks first
+        # (RLIMIT_NPROC counts the sandbox's user namespace; farm.evaluate.pids)
+        nproc = (f"import resource; resource.setrlimit(resource.RLIMIT_NPROC, ({self.limits.tasks}, "
+                 f"{self.limits.tasks})); ") if self.boundary.on and self.cgroup is None else ""
+        return (f"import sys; sys.path.pop(0); {nproc}from farm.evaluate.sandbox_child import main; "
+                f"main({fd}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
 
     def _argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         if not self.boundary.on:
             return argv
         target = self.spec.target
-        caches = [Path(env[v]) for v in _CACHE_VARS if env.get(v)]
-        return os_boundary.wrap(argv, scratch=self.workdir, env=env, devices=target.sandbox_nodes(self.spec.index),
-                                read_only=[*self.read_only, *target.sandbox_paths()], writable=caches)
+        return os_boundary.wrap(argv, scratch=self.scratch, env=env, devices=target.sandbox_nodes(self.spec.index),
+                                read_only=[*self.read_only, *target.sandbox_paths()],
+                                scratch_mb=self.limits.scratch_mb, tmp_mb=self.limits.tmp_mb)
 
     def pause(self) -> None:
         """Stop the runner and everything it started (a compiler) with SIGSTOP, so that it takes
@@ -275,23 +308,29 @@ class Sandbox:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
+        """The runner and everything it started, wherever it went: its session, its process
+        tree, its pids cgroup. Its log stays readable until the next start or close."""
         self.resume()  # SIGKILL ends a stopped process too; this closes the pause's account
         if self.proc is not None:
+            _signal_tree(self.proc.pid, signal.SIGKILL)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             self.proc.wait(timeout=10)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc = self.conn = None
+        pids.kill_all(self.cgroup)
+        self.cgroup = None
+        if self.sock is not None:
+            self.sock.close()
+        self.proc = self.sock = None
 
     def close(self) -> None:
+        self.closed = True
         self.resume()  # a stopped runner asked to exit would never answer
         try:
             if self.alive:
                 try:
-                    self.conn.send_bytes(pickle.dumps({"cmd": "exit"}))
+                    wire.send_frame(self.sock, dumps(protocol.Exit()))
                     self.proc.wait(timeout=5)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
@@ -299,75 +338,97 @@ class Sandbox:
             try:
                 self.kill()
             finally:
-                if self.workdir is not None:
-                    shutil.rmtree(self.workdir, ignore_errors=True)
-                    self.workdir = None
+                self._release_folder()
+                if self.log is not None:
+                    self.log.close()
+                    self.log = None
                 _OPEN.discard(self)
 
     def log_tail(self, n: int = 4000) -> str:
-        if self.workdir is None:
+        """The end of what the runner printed, read through the descriptor this handle holds."""
+        if self.log is None:
             return ""
-        try:
-            data = self.log_path.read_bytes()
-        except OSError:
-            return ""
-        return trim(data[-n:].decode(errors="replace"), n)
+        return trim(scratch.tail(self.log.fileno(), n).decode(errors="replace"), n)
 
     # ------------------------------------------------------------ commands
 
-    def call(self, cmd: str, timeout_s: float, **args: Any) -> dict:
+    def call(self, cmd: str | Command, timeout_s: float, reply_cap: int | None = None, **args: Any) -> Reply:
+        """Run a command (a protocol.Command, or its name and fields) and return its typed reply."""
+        if isinstance(cmd, str):
+            cmd = protocol.command(cmd, **args)
         self.ensure_started()
-        self.conn.send_bytes(self._message({"cmd": cmd, **args}))
-        reply = self._receive(timeout_s, cmd)
-        if reply.get("restart"):  # the runner found itself tampered with and has exited
+        self._send(cmd)
+        reply = self._receive(cmd, timeout_s, cmd.verb, reply_cap)
+        if not reply.ok and reply.restart:  # the runner found itself tampered with, or broke the protocol
             self.kill()
         return reply
 
-    def _message(self, message: dict) -> bytes:
-        """The bytes that carry a command to the runner. Tensors of FILE_MIN_BYTES or more go
-        through a file in the runner's working folder (written once, read once, then deleted
-        by the runner) instead of being pickled into the socket: a 256 MB input set took 1.1 to
-        1.3 s to reach a runner through the socket on the H100 host (docs/benchmarks.md). The
-        file has a random name and is created exclusively, so a link the candidate planted in
-        the folder is never written through."""
-        if tensor_bytes(message) < FILE_MIN_BYTES:
-            return dumps(message)  # unsigned tensors too (farm.runtime.tensors)
+    def _send(self, cmd: Command) -> None:
+        """Tensors of FILE_MIN_BYTES or more travel as an anonymous memory file whose descriptor
+        goes with the frame: pickled into the socket, a 256 MB input set took 1.1 to 1.3 s to
+        reach a runner on the H100 host (docs/benchmarks.md); no path is ever written."""
+        if tensor_bytes(cmd.arguments()) < FILE_MIN_BYTES:
+            wire.send_frame(self.sock, dumps(cmd))  # unsigned tensors too (farm.runtime.tensors)
+            return
         import torch
 
-        fd, path = tempfile.mkstemp(dir=self.workdir, prefix="message-", suffix=".pt")
-        with os.fdopen(fd, "wb") as f:
-            torch.save(message, f)
-        return dumps({"cmd": "_file", "name": os.path.basename(path)})
+        fd = wire.memfile(lambda f: torch.save(cmd, f))
+        try:
+            wire.send_frame(self.sock, b"", fds=(fd,))
+        finally:
+            os.close(fd)
 
-    def with_inputs(self, cmd: str, timeout_s: float, key: str, inputs: list, **args: Any) -> dict:
+    def reply_cap(self, cmd: Command | None) -> int:
+        """The most bytes a reply to `cmd` may take: what its output sets can need, and no more."""
+        sets = getattr(cmd, "output_sets", None)
+        if sets is None:
+            sets = getattr(cmd, "carries_outputs", 0)
+        return REPLY_BASE_BYTES + sets * self.output_cap
+
+    def with_inputs(self, cmd: str, timeout_s: float, key: str, inputs: list, **args: Any) -> Reply:
         """Run a command on an input set the child keeps on its device: each set crosses the
-        process boundary once per child, not once per candidate."""
+        process boundary once per child."""
         if not self.alive or key not in self.cached_inputs:
             reply = self.call("put_inputs", timeout_s, key=key, inputs=inputs, output_nbytes=self.output_nbytes)
-            if not reply.get("ok"):
+            if not reply.ok:
                 return reply
             self.cached_inputs.add(key)
         return self.call(cmd, timeout_s, key=key, **args)
 
-    def _receive(self, timeout_s: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout_s - self.paused_s()  # against the clock less the seconds stopped
-        while True:
-            if self.conn.poll(0.05):
-                try:
-                    data = self.conn.recv_bytes()
-                except (EOFError, OSError):
-                    raise self._died(what) from None
-                return _decode(data)
-            if not self.alive:
-                raise self._died(what)
-            rss = _rss_mb(self.proc.pid)
-            if rss > self.limits.host_memory_mb:
-                self.kill()
-                raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "
-                                           f"{self.limits.host_memory_mb} MB) during {what}")
-            if time.monotonic() - self.paused_s() > deadline:
-                self.kill()
-                raise SandboxDied("timeout", f"no answer to {what} within {timeout_s:.0f} s")
+    def _receive(self, cmd: Command | None, timeout_s: float, what: str, cap: int | None = None) -> Reply:
+        """The reply to `cmd`: read within `timeout_s` (less the seconds the runner was stopped),
+        at most `cap` bytes, while the watchdog checks the runner's memory."""
+        def clock() -> float:  # against the clock less the seconds stopped
+            return time.monotonic() - self.paused_s()
+
+        cap = cap or self.reply_cap(cmd)
+        try:
+            data = wire.recv_frame(self.sock, cap, clock() + timeout_s, wait=lambda: self._watch(what), clock=clock)
+        except (EOFError, OSError, ValueError):  # closed: the runner died, or was killed from another thread
+            raise self._died(what) from None
+        except wire.FrameTooLarge as exc:
+            self.kill()  # the stream is out of step: this runner is finished
+            kind = "mismatch" if cmd is not None and self.reply_cap(cmd) > REPLY_BASE_BYTES else "cheat"
+            return Failure(kind=kind, error=f"the runner's reply to {what} is larger than its outputs can be: {exc}")
+        except wire.FrameTimeout:
+            self.kill()
+            raise SandboxDied("timeout", f"no answer to {what} within {timeout_s:.0f} s") from None
+        try:
+            tree = wire.decode(data)
+        except wire.ProtocolError as exc:
+            self.kill()
+            return Failure(kind="cheat", error=f"the runner replied to {what} with something other than plain "
+                                               f"tensors and values: {exc}")
+        return protocol.parse_reply(cmd, tree)
+
+    def _watch(self, what: str) -> None:
+        if not self.alive:
+            raise self._died(what)
+        rss = _rss_mb(self.proc.pid)
+        if rss > self.limits.host_memory_mb:
+            self.kill()
+            raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "
+                                       f"{self.limits.host_memory_mb} MB) during {what}")
 
     def _died(self, what: str) -> SandboxDied:
         code = self.proc.wait(timeout=10) if self.proc else None
@@ -383,9 +444,21 @@ class Sandbox:
         return SandboxDied("crash", f"candidate runner {why} during {what}\n{self.log_tail(1500)}")
 
 
+_swept = False
+
+
+def _sweep_once() -> None:
+    """Folders (and pids groups) of evaluators that were killed go at the next one's first runner."""
+    global _swept
+    if not _swept:
+        _swept = True
+        scratch.sweep_stale()
+        pids.sweep()
+
+
 # runners with a folder, until closed: what a thread (re)started after its owner closed it
 # (Ctrl-C or SIGTERM while candidates were in flight) goes when the process exits
-_OPEN: "weakref.WeakSet[Sandbox]" = weakref.WeakSet()
+_OPEN: weakref.WeakSet[Sandbox] = weakref.WeakSet()
 
 
 @atexit.register
@@ -396,9 +469,7 @@ def _close_left_open() -> None:
             box.kill()
         except BaseException:  # noqa: BLE001 - the next one still goes
             pass
-        if box.workdir is not None:
-            shutil.rmtree(box.workdir, ignore_errors=True)
-            box.workdir = None
+        box._release_folder()
 
 
 def close_all(items) -> None:
@@ -413,16 +484,3 @@ def close_all(items) -> None:
             error = error or exc
     if error is not None:
         raise error
-
-
-def _decode(data: bytes) -> dict:
-    """Replies come from untrusted code: tensors and plain values only."""
-    import torch
-
-    try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - whatever the runner sent, it was not plain data
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return {"ok": False, "kind": "cheat", "error": f"the runner replied with something other than plain "
-                                                       f"tensors and values: {first[:300]}"}
-

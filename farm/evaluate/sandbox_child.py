@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import io
 import itertools
 import os
 import pickle
@@ -24,7 +23,7 @@ from typing import Any
 import torch
 
 from farm import targets
-from farm.evaluate import timing
+from farm.evaluate import protocol, timing, wire
 from farm.evaluate.child_rounds import RoundsMixin, _kind
 from farm.evaluate.child_trusted import TrustedMixin
 from farm.runtime import grads, pointers
@@ -33,7 +32,6 @@ from farm.runtime.isolation import trim
 from farm.runtime.tensors import clone_values, to_cpu, to_device
 
 _counter = itertools.count()
-_torch_save = torch.save
 _torch_load = torch.load
 _equal = torch.equal
 
@@ -51,6 +49,7 @@ class LaunchLog:
     compile_only = False  # while True, launches are compiled and not run (compile-ahead: RoundsMixin.warm)
 
     def reset(self) -> None:
+        self.tuned: list = []  # autotuners that chose a config while compiling ahead
         self.count = 0
         self.names: set[str] = set()
         self.side_stream = False
@@ -111,6 +110,7 @@ def _compile_only_autotune(log: LaunchLog) -> None:
     def _bench(self, *args, config, _original=original, **meta):
         if not log.compile_only:
             return _original(self, *args, config=config, **meta)
+        log.tuned.append(self)  # its choice, made on no timing at all, is forgotten after the warm run
         try:
             self.fn.run(*args, **dict(meta, **config.all_kwargs()))  # the launch hook makes it a warm-up
         except Exception:  # noqa: BLE001 - a config that does not compile is the device runner's to meet
@@ -194,13 +194,14 @@ class Runner(RoundsMixin, TrustedMixin):
             return {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
         return {"ok": True}
 
-    def unload(self) -> None:
+    def unload(self) -> dict:
         self.model = None
         self.module = None
         self.graphs = {k: v for k, v in self.graphs.items() if k[0] is not None}
         gc.collect()
         if self.spec.target.name == "cuda":
             torch.cuda.empty_cache()
+        return {"ok": True}
 
     # ------------------------------------------------------------ running
 
@@ -432,24 +433,22 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return _equal(a, b)
 
 
-def _read_message(name: str) -> dict:
-    path = Path.cwd() / Path(name).name
-    try:
-        return _torch_load(path, map_location="cpu", weights_only=False)  # from the trusted parent
-    finally:
-        path.unlink(missing_ok=True)
+def _read_command(payload: bytes, fds: list[int]):
+    """A command from the trusted parent: pickled in the frame, or (large ones) a memory file."""
+    if fds:
+        with os.fdopen(fds[0], "rb") as f:
+            return _torch_load(f, map_location="cpu", weights_only=False)
+    return pickle.loads(payload)
 
 
-def _reply(conn, payload: dict) -> None:
-    buf = io.BytesIO()
-    _torch_save(payload, buf)
-    conn.send_bytes(buf.getvalue())
+def _reply(sock, payload: dict) -> None:
+    wire.send_frame(sock, wire.encode(payload))
 
 
 def main(fd: int, device_label: str, memory_fraction: float) -> None:
-    from multiprocessing.connection import Connection
+    import socket
 
-    conn = Connection(fd)
+    sock = socket.socket(fileno=fd)
     # Python ignores SIGXFSZ; the log limit (RLIMIT_FSIZE) must kill the runner instead
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     try:
@@ -463,48 +462,31 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
         # what is alive now (torch, triton, the harness) lives as long as the runner: out of the
         # collector's sight: a candidate's unload collects only what came after it
         gc.freeze()
-        _reply(conn, {"ok": True, "device": device_info(spec)})
+        _reply(sock, {"ok": True, "device": device_info(spec)})
     except BaseException:  # noqa: BLE001
-        _reply(conn, {"ok": False, "error": trim(traceback.format_exc())})
+        _reply(sock, {"ok": False, "error": trim(traceback.format_exc())})
         return
-    handlers = {
-        "load_source": lambda m: runner.load_source(m["source"], m["init_inputs"], m.get("name", "candidate")),
-        "load_task": lambda m: runner.load_task(m["path"], m["source"], m["shapes"], m["which"], m["init_inputs"],
-                                             m.get("policy"), m.get("slot"), m.get("reference")),
-        "time_round": lambda m: runner.time_round(m.get("slot"), m["keys"], m["mode"], m["reps"], m.get("calls", 0),
-                                                  tuple(m.get("inplace_args", ())), m.get("flush", "write"),
-                                                  m.get("outputs", False), m.get("swap_key")),
-        "device_limits": lambda m: runner.device_limits(),
-        "put_inputs": lambda m: runner.put_inputs(m["key"], m["inputs"], m.get("output_nbytes")),
-        "run": lambda m: runner.run(m["key"], tuple(m.get("inplace_args", ())), m.get("poison", True),
-                                    m.get("ghost", False)),
-        "run_backward": lambda m: runner.run_backward(m["key"], list(m["indices"]), m["grad_outputs"],
-                                                      m.get("ghost", False)),
-        "time": lambda m: runner.time(m["keys"], m.get("options", {}), tuple(m.get("probe_keys", ())),
-                                      tuple(m.get("inplace_args", ()))),
-        "unload": lambda m: (runner.unload(), {"ok": True})[1],
-        "warm": lambda m: runner.warm(m["key"]),
-    }
     while True:
         try:
-            msg = pickle.loads(conn.recv_bytes())
-            if msg["cmd"] == "_file":  # a large command, written by the parent (Sandbox._message)
-                msg = _read_message(msg["name"])
+            cmd = _read_command(*wire.recv_frame_fds(sock))
         except (EOFError, OSError):
-            msg = {"cmd": "exit"}
-        if msg["cmd"] == "exit":
+            cmd = protocol.Exit()
+        if isinstance(cmd, protocol.Exit):
             # no interpreter teardown: with the start-up objects frozen it reported them as
             # nanobind leaks and took longer; nothing of a runner needs it (the log is flushed)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
         try:
-            reply = handlers[msg["cmd"]](msg)
+            reply = getattr(runner, cmd.verb)(**cmd.arguments())
         except BaseException:  # noqa: BLE001 - e.g. outputs that cannot be serialised
             reply = {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}
-        tampered = runner.tampering() if msg["cmd"] != "put_inputs" else ""
+        tampered = runner.tampering() if not isinstance(cmd, protocol.PutInputs) else ""
         if tampered:  # the verdict is cheat, and this runner is finished
             reply = {"ok": False, "kind": "cheat", "error": tampered, "restart": True}
-        _reply(conn, reply)
+        try:
+            _reply(sock, reply)
+        except (TypeError, ValueError, RuntimeError):  # not plain data: said as such, not a dead runner
+            _reply(sock, {"ok": False, "kind": "cheat", "error": "the reply holds values that are not plain data"})
         if tampered:
             return

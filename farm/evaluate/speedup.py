@@ -105,13 +105,19 @@ def too_wide(summary: dict | None) -> bool:
 # 1.029x over a null check of 1.020x, 0.989x in an independent re-timing). A promoted ratio must
 # clear the null check by this much more.
 PROMOTION_MARGIN = 0.03
+# The search's own figure for the best (its comparison, in the runner the candidate ran in) must
+# agree with the independent re-timing: a claimed ratio above the re-timing's interval by more
+# than this is not confirmed, and not promoted (issue 33).
+CONFIRM_TOLERANCE = 0.15
 
 
 def promotion(confirmation: dict | None, model_runs: bool, timed: bool = True) -> tuple[bool, str]:
     """Whether a re-timed best may be promoted as a speedup over the original, and why.
 
-    `confirmation` is the re-timing in a fresh runner: {"model": summarize(...) or None,
-    "null": summarize(...) of the Model against itself, or None}. Where the Model runs on the
+    `confirmation` is the independent re-timing (fresh runners, fresh secret inputs):
+    {"model": summarize(...) or None, "null": summarize(...) of the Model against itself, or
+    None, "claimed": the search's own figure, or None}. A claimed figure above the re-timing's
+    interval by more than CONFIRM_TOLERANCE is not confirmed. Where the Model runs on the
     target, the kernel must be faster with 95% confidence (the interval's low end above 1),
     and faster than the Model measured against itself (the low end above the null check's
     high end), by PROMOTION_MARGIN: a ratio a copy of the original also reaches is no speedup.
@@ -130,6 +136,10 @@ def promotion(confirmation: dict | None, model_runs: bool, timed: bool = True) -
     bar = promotion_bar(null)
     if null:
         text += f"; the Model against itself {null['ratio']:.3f}x (CI {null['ci_low']:.3f}-{null['ci_high']:.3f})"
+    claimed = confirmation.get("claimed")
+    if claimed and claimed.get("ratio") and claimed["ratio"] > model["ci_high"] * (1 + CONFIRM_TOLERANCE):
+        return False, (f"the search's figure {claimed['ratio']:.3f}x is not confirmed by the independent "
+                       f"re-timing: {text}")
     if model["ci_low"] > bar:
         return True, f"faster than the Model: {text}"
     return False, f"not faster than the Model with 95% confidence and a {PROMOTION_MARGIN:.0%} margin: {text}"

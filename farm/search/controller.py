@@ -24,6 +24,7 @@ from farm.errors import FarmError
 from farm.evaluate import limits
 from farm.evaluate import speedup as speedups
 from farm.evaluate.evaluator import EvalSettings, Evaluator
+from farm.evaluate.result import EvalResult
 from farm.evaluate.sandbox import close_all
 from farm.generators import Context, Generator, Proposal
 from farm.reference.fitted import fitted
@@ -275,12 +276,12 @@ class OpSearch:
         # compile-ahead: checked and compiled off the device; a candidate failing there never takes a device turn
         result = self.ahead.prepare(rec.source, rec.id) if self.ahead else None
         device = self.devices[0].label
-        if result is None:
+        if not isinstance(result, EvalResult):  # ready for the device (in the runner compile-ahead started, if any)
             self.device_queue.inc()
-            evaluator = pool.get()
+            evaluator, extra = pipeline.take_evaluator(pool, result)
             self.device_queue.dec()
             try:
-                result = evaluator.evaluate(rec.source, name=rec.id, bar=self._bar())
+                result = evaluator.evaluate(rec.source, name=rec.id, bar=self._bar(), **extra)
                 device = evaluator.spec.label
             finally:
                 pool.put(evaluator)
@@ -406,6 +407,7 @@ class OpSearch:
             return None
         confirmation = evaluator.confirm(best.source, name=f"{best.id}-confirm")
         confirmation["candidate"] = best.id
+        confirmation["claimed"] = (best.comparison or {}).get("model")  # the search's figure, beside it
         confirmation["model_runs"] = evaluator.model_runs()
         self.on_event("confirm", confirmation)
         return confirmation

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable
 
@@ -47,8 +48,24 @@ def compile_ahead(search, evaluator) -> ahead.CompileAhead | None:
     size = ahead.pool_size(search.config.compile_workers, search.devices[0])
     if size <= 0 or not hasattr(evaluator, "candidates"):  # replaying benchmark evaluators have no runners
         return None
-    return ahead.CompileAhead(search.devices, size, evaluator.init_inputs, evaluator.inputs, evaluator.expected,
-                              evaluator.settings.limits, evaluator.boundary, search.target)
+    return ahead.CompileAhead(search.devices, size, evaluator.init_inputs, evaluator.inputs,
+                              evaluator.settings.limits, evaluator.boundary, search.target,
+                              configure=evaluator._configure, prime=evaluator._prime)
+
+
+def take_evaluator(pool, runner=None) -> tuple:
+    """An evaluator from the search's pool and what its evaluate() is given: with a `runner` that
+    compile-ahead started and loaded the candidate in, the evaluator of that runner's device,
+    which goes on with it."""
+    while True:
+        evaluator = pool.get()
+        label = getattr(getattr(evaluator, "spec", None), "label", None)
+        if runner is None:
+            return evaluator, {}
+        if label is None or label == runner.spec.label:
+            return evaluator, {"runner": runner}
+        pool.put(evaluator)  # another device's: its own candidates take it
+        time.sleep(0.005)
 
 
 # ---------------------------------------------------------------- fixed costs per op

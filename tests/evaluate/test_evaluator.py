@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import torch
 from farm.corpus.tasks import TaskRef, ref_from_file
 from farm.evaluate import boundary
 from farm.evaluate.evaluator import EvalSettings, Evaluator
-from farm.evaluate.sandbox import Limits, candidate_env
+from farm.evaluate.sandbox import Limits, Sandbox, candidate_env
 from farm.evaluate.static_checks import static_verdict
 from farm.reference.generate import generate_references, load_pt
 from farm.storage import open_store
@@ -99,22 +98,9 @@ def ev(refs):
     settings.limits = LIMITS
     evaluator = Evaluator(refs.task, refs.data, CPU, settings)
     # the verdicts below depend on it: settings left behind by another test must not turn it off
-    assert evaluator.candidates.boundary.on == SANDBOXED, evaluator.candidates.boundary
+    assert evaluator.boundary.on == SANDBOXED, evaluator.boundary
     yield evaluator
     evaluator.close()
-    for sandbox in (evaluator.candidates, evaluator.references):
-        shutil.rmtree(sandbox.workdir, ignore_errors=True)
-
-
-def reset_runner(ev: Evaluator) -> None:
-    """Test hygiene after an exploit that is known to leave the runner dirty: a fresh child in
-    a clean working directory (the evaluator should be doing this itself)."""
-    ev.candidates.kill()
-    for path in ev.candidates.workdir.iterdir():
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.name != "child.log":
-            path.unlink()
 
 
 def assert_good_passes(ev: Evaluator, after: str) -> None:
@@ -187,6 +173,7 @@ EXPLOITS: dict[str, tuple[set[str], bool]] = {
     "background_thread_evasive": ({"cheat"}, True),
     "tensor_subclass_output": ({"cheat"}, True),
     "timer_patch": ({"cheat"}, True),
+    "forge_replies": ({"cheat"}, True),  # issue 33: the runner's claims against the evaluator's clock
     "hang": ({"timeout"}, True),
     "crash_abort": ({"crash"}, True),
     "crash_segv": ({"crash"}, True),
@@ -199,8 +186,11 @@ DEDICATED = {"good_row_sum": {"pass"}, "poison_runner_restart": {"crash"}, "sabo
 TIMING_UNCHECKED = ("the timing stage neither checks the outputs of the timed calls nor counts their launches "
                     "(evaluator._time / sandbox_child.Runner.time), and times on the public .pt inputs")
 KNOWN_BUGS: dict = {}  # every exploit below is caught; see git history for the bugs they found
-# exploits after which the runner is known to be dirty; reset so the next tests are independent
-DIRTY_AFTER = {"background_thread_evasive", "timer_patch", "print_flood"}
+# Every candidate gets a runner of its own (farm.evaluate.pool), so nothing an exploit does to its
+# runner can reach the next candidate by construction; the correct kernel is evaluated after
+# those that go for state outside their own call (patches, threads, clocks, floods, the replies)
+STATEFUL = {"timer_patch", "background_thread_evasive", "print_flood", "gc_scan_evasive", "forge_replies",
+            "lazy_after_verification", "crash_segv"}
 
 
 def _param(name):
@@ -233,46 +223,36 @@ def test_exploit_gets_its_verdict_and_the_evaluator_survives(ev, name):
         assert static == ("", ""), f"{name} no longer reaches the dynamic checks: {static}"
     else:
         assert static[0] == "cheat", f"{name} should be stopped by the static checks: {static}"
-    try:
-        result = ev.evaluate(source, name=f"{name}.py")
-        if result.verdict not in expected:
-            raise WrongVerdict(f"{name}: got {result.verdict} ({result.reason or 'no reason'}), "
-                               f"expected {' or '.join(sorted(expected))}")
-        if result.passed:  # only ref_file_replay may pass: then its timing must be the real kernel's
-            honest = ev.evaluate(GOOD, "good_row_sum.py")
-            assert result.timing["median_ms"] > 0.5 * honest.timing["median_ms"], (result.timing, honest.timing)
-        else:
-            assert result.reason, "a failing verdict names its reason"
-        starts = ev.candidates.starts
+    taken = ev.pool.taken
+    result = ev.evaluate(source, name=f"{name}.py")
+    if result.verdict not in expected:
+        raise WrongVerdict(f"{name}: got {result.verdict} ({result.reason or 'no reason'}), "
+                           f"expected {' or '.join(sorted(expected))}")
+    if result.passed:  # only ref_file_replay may pass: then its timing must be the real kernel's
+        honest = ev.evaluate(GOOD, "good_row_sum.py")
+        assert result.timing["median_ms"] > 0.5 * honest.timing["median_ms"], (result.timing, honest.timing)
+    else:
+        assert result.reason, "a failing verdict names its reason"
+    assert ev.candidates is None, "the candidate's runner went with it"
+    assert ev.pool.taken == taken + reaches_dynamic + result.passed, "each candidate got a runner of its own"
+    if name in STATEFUL:  # the next candidate's runner is another process; these check it end to end
         assert_good_passes(ev, name)
-        if result.verdict in ("timeout", "crash"):
-            assert ev.candidates.starts == starts + 1, "the dead runner was replaced"
-    finally:
-        if name in DIRTY_AFTER:
-            reset_runner(ev)
 
 
 def test_a_replaced_runner_does_not_run_code_planted_by_a_candidate(ev):
-    try:
-        result = ev.evaluate((CHEATS / "poison_runner_restart.py").read_text(), "poison_runner_restart.py")
-        assert result.verdict == "crash", result.reason
-        assert (ev.candidates.workdir / "farm" / "sandbox_child.py").is_file(), "the exploit planted its harness"
-        wrong = ev.evaluate(ZEROS, "zeros.py")
-        if wrong.verdict == "pass":
-            raise WrongVerdict("a kernel returning zeros passed in the replaced runner")
-        assert wrong.verdict == "mismatch", (wrong.verdict, wrong.reason)
-    finally:
-        reset_runner(ev)
+    result = ev.evaluate((CHEATS / "poison_runner_restart.py").read_text(), "poison_runner_restart.py")
+    assert result.verdict == "crash", result.reason
+    wrong = ev.evaluate(ZEROS, "zeros.py")
+    if wrong.verdict == "pass":
+        raise WrongVerdict("a kernel returning zeros passed in the replaced runner")
+    assert wrong.verdict == "mismatch", (wrong.verdict, wrong.reason)
 
 
 def test_a_candidate_cannot_change_the_inputs_of_later_candidates(ev):
     source = (CHEATS / "sabotage_cached_inputs.py").read_text()
     assert static_verdict(source) == ("", "")
-    try:
-        ev.evaluate(source, "sabotage_cached_inputs.py")  # its own verdict depends on the protocol
-        assert_good_passes(ev, "sabotage_cached_inputs")
-    finally:
-        reset_runner(ev)
+    ev.evaluate(source, "sabotage_cached_inputs.py")  # its own verdict depends on the protocol
+    assert_good_passes(ev, "sabotage_cached_inputs")
 
 
 def test_log_limit_kills_the_runner_and_the_next_candidate_may_print(ev):
@@ -280,15 +260,12 @@ def test_log_limit_kills_the_runner_and_the_next_candidate_may_print(ev):
                     "                pass\n", "            print(_LINE, flush=True)\n",
                     (CHEATS / "print_flood.py").read_text())
     printing_good = variant("        return out\n", "        print('rows:', m)\n        return out\n")
-    try:
-        result = ev.evaluate(flood, "print_flood_uncaught.py")
-        after = ev.evaluate(printing_good, "good_that_prints.py")
-        if result.verdict != "crash":
-            raise WrongVerdict(f"an uncaught 1 GB print got {result.verdict}: {result.reason}")
-        if not after.passed:
-            raise WrongVerdict(f"a correct kernel that prints got {after.verdict} after the flood: {after.reason}")
-    finally:
-        reset_runner(ev)
+    result = ev.evaluate(flood, "print_flood_uncaught.py")
+    after = ev.evaluate(printing_good, "good_that_prints.py")
+    if result.verdict != "crash":
+        raise WrongVerdict(f"an uncaught 1 GB print got {result.verdict}: {result.reason}")
+    if not after.passed:
+        raise WrongVerdict(f"a correct kernel that prints got {after.verdict} after the flood: {after.reason}")
 
 
 @pytest.mark.xfail(strict=True, raises=PoisonIneffective,
@@ -307,10 +284,7 @@ def test_poisoning_makes_an_unwritten_output_nan(ev):
 def test_a_frozen_timer_cannot_crash_the_evaluator(ev):
     frozen = variant("    _ticks[0] += 1e-9\n", "", (CHEATS / "timer_patch.py").read_text())
     assert static_verdict(frozen) == ("", "")
-    try:
-        result = ev.evaluate(frozen, "frozen_timer.py")
-    finally:
-        reset_runner(ev)
+    result = ev.evaluate(frozen, "frozen_timer.py")
     assert result.verdict == "cheat", (result.verdict, result.reason)
 
 
@@ -361,8 +335,6 @@ def evaluate_nan_task_once(path: Path, data: dict):
         return evaluator.evaluate(NAN_TASK.replace("class Model(", "class ModelNew("), "log_op.py")
     finally:
         evaluator.close()
-        for sandbox in (evaluator.candidates, evaluator.references):
-            shutil.rmtree(sandbox.workdir, ignore_errors=True)
 
 
 def test_correct_kernel_with_nan_outputs_passes(tmp_path):
@@ -393,11 +365,13 @@ def test_candidate_environment_has_no_secrets(ev, refs, monkeypatch, tmp_path):
     assert not [k for k, v in env.items() if "sentinel" in v or refs.store_url in v]
     assert env["HOME"] == str(tmp_path) and env["TRITON_INTERPRET"] == "1" and "PATH" in env
 
-    ev.candidates.kill()  # the next evaluation starts a runner under this environment
+    runner = Sandbox(CPU, LIMITS, ev.boundary)  # started under this environment
+    ev._configure(runner)
+    runner.start()
+    environ = Path(f"/proc/{runner.proc.pid}/environ").read_bytes().split(b"\0")
     # with FARM_STORE it would replay the stored outputs (cheat); without it, zeros (mismatch)
-    result = ev.evaluate((CHEATS / "env_secret_evasive.py").read_text(), "env_secret_evasive.py")
+    result = ev.evaluate((CHEATS / "env_secret_evasive.py").read_text(), "env_secret_evasive.py", runner=runner)
     assert result.verdict == "mismatch", (result.verdict, result.reason)
-    environ = Path(f"/proc/{ev.candidates.proc.pid}/environ").read_bytes().split(b"\0")
     names = [e.partition(b"=")[0].decode() for e in environ if e]
     assert not [n for n in names if n.startswith(("AWS_", "FARM_")) or "KEY" in n or "TOKEN" in n or "SECRET" in n]
     assert not [e for e in environ if b"sentinel" in e or refs.store_url.encode() in e]
@@ -416,14 +390,15 @@ def _tensors(value):
 
 def test_candidate_runner_never_receives_expected_outputs(ev, refs, monkeypatch):
     sent = []
-    real_call = ev.candidates.call
+    real_call = Sandbox.call
 
-    def recording_call(cmd, timeout_s, **args):
-        sent.append((cmd, args))
-        return real_call(cmd, timeout_s, **args)
+    def recording_call(box, cmd, timeout_s, **args):
+        if box is not ev.references:
+            sent.append((cmd, args))
+        return real_call(box, cmd, timeout_s, **args)
 
-    ev.candidates.kill()  # a fresh runner: input sets it keeps from earlier runs are sent again
-    monkeypatch.setattr(ev.candidates, "call", recording_call)
+    monkeypatch.setattr(Sandbox, "call", recording_call)
+    ev.pool.drain()  # a runner primed before this test would not have shown its input sets
     assert ev.evaluate(GOOD, "good_row_sum.py").passed
     # inputs travel with the command, or once per runner as an input set the commands name by key
     allowed = {"load_source": {"source", "init_inputs", "name"}, "put_inputs": {"key", "inputs", "output_nbytes"},
@@ -507,7 +482,6 @@ try:
     print("SANDBOX", sb.boundary.kind, reply.get("error", ""))
 finally:
     sb.close()
-    shutil.rmtree(sb.workdir, ignore_errors=True)
 '''
 
 

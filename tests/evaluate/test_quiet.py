@@ -139,10 +139,14 @@ def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path,
 
     monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
     cpu = resolve_device("cpu")
-    pool = CompileAhead([cpu], 1, [], [], [], Limits(start_s=60), boundary.current(), "cpu")
+    pool = CompileAhead([cpu], 1, [], [], Limits(start_s=60), boundary.current(), "cpu")
     try:
-        box = pool.runners[0]
-        box.start()
+        waiting = pool.pools[0]
+        with waiting._cv:
+            waiting._spawn()  # a runner started ahead, waiting for its candidate
+            while not waiting.ready:
+                waiting._cv.wait()
+        box = waiting.ready[0]
         with device_lease.for_device(cpu.label, host_wide=False).hold(device_lease.TIMING):
             assert _wait_states(box, stopped=True) == {"T"}
         assert "T" not in _wait_states(box, stopped=False)

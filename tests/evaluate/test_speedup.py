@@ -7,6 +7,8 @@ import pytest
 
 from farm.errors import FarmError
 from farm.evaluate import speedup, timing
+from farm.evaluate.protocol import reply_for
+from farm.evaluate.verifier import Verifier
 from farm.search.database import Database, Record
 
 # ---------------------------------------------------------------- timing mode
@@ -210,7 +212,7 @@ def _scripted_evaluator(round_reply):
     ev = object.__new__(Evaluator)
     ev.spec = resolve_device("cuda:0")
     ev.settings = EvalSettings(rounds=3, round_reps=4)
-    ev._kill_after = ev._null_run = False
+    ev._null_run = False
     ev._op_timing = {"mode": "graph", "reason": "original 2.0 us per call in a graph, under 20 us",
                      "graph_calls": 100, "flush": "none"}
     ev._baseline_slots = lambda: {"Model": "", "Reference": ""}
@@ -220,7 +222,8 @@ def _scripted_evaluator(round_reply):
     ev.baseline = lambda: {"model_ms": 0.05}
     ev.floor = lambda: {"copy_bw_bytes_s": 3e12, "empty_kernel_ms": {"graph": 0.001, "events": 0.003}}
     ev._bytes_moved = lambda: 3_000_000
-    ev._round = lambda who, keys, mode, calls, reps, outputs=False: round_reply(who, mode)
+    ev._round = lambda who, keys, mode, calls, reps, outputs=False, captures=False: reply_for(
+        "time_round", round_reply(who, mode))
     return ev
 
 
@@ -239,7 +242,7 @@ def test_a_candidate_that_cannot_be_captured_is_timed_per_call_and_labelled():
     assert result.timing["mode"] == "events" and result.timing["op_mode"] == "graph"
     assert "not capturable (host_sync)" in result.timing["mode_reason"]
     assert result.comparison["model"]["mode"] == "events"  # the ratio is of per-call figures on both sides
-    assert result.speedup_vs_model == pytest.approx(1.2) and ev._kill_after  # the runner is replaced after
+    assert result.speedup_vs_model == pytest.approx(1.2)
     assert result.limit["mode"] == "events" and result.limit["empty_kernel_ms"] == 0.003
     assert result.timing["per_call_ms"] == 0.011
 
@@ -281,16 +284,19 @@ def test_a_graph_that_replays_outputs_cached_at_capture_fails_on_new_data_in_its
         replay = {"seed0": [right0]}
         if args.get("outputs"):
             replay["seed1"] = [right0]  # the cached answer, whatever the buffers hold
-        return {"ok": True, "samples": [0.002] * 4, "captured": True, "launches": 100, "side_stream": False,
-                "foreign_thread": False, "outputs": replay, "swap_check": "replayed"}
+        return reply_for("time_round", {"ok": True, "samples": [0.002] * 4, "captured": True, "launches": 100,
+                                        "side_stream": False, "foreign_thread": False, "outputs": replay,
+                                        "swap_check": "replayed"})
 
     ev = _scripted_evaluator(lambda who, mode: None)
     del ev._round, ev._check_timed_outputs  # the real ones
     ev.task = types.SimpleNamespace(inplace_args=())
     ev.tolerance = DEFAULT_TOLERANCE
+    ev.verifier = Verifier(DEFAULT_TOLERANCE)
     ev._time_cases = lambda: (["seed0", "seed1"], [([], [right0]), ([], [right1])])
     ev._call = call
-    ev.references = types.SimpleNamespace(call=lambda cmd, timeout, **a: {"ok": True, "samples": [0.003] * 4})
+    ev.references = types.SimpleNamespace(call=lambda cmd, timeout, **a: reply_for(
+        "time_round", {"ok": True, "samples": [0.003] * 4}))
     with pytest.raises(Stop, match="input set seed1 \\(graph\\)"):
         ev._compare_all(EvalResult(verdict="pass"))
     assert [a["keys"] for a in sent] == [["seed0"]] * len(sent)  # timed on one set, as serving replays

@@ -1,14 +1,11 @@
-"""How commands reach a candidate runner (farm.evaluate.sandbox): large tensor payloads through
-a file in the runner's folder, read once and deleted; small ones through the socket. Both carry
-unsigned pointer tables and their pointees."""
-
-import shutil
-import tempfile
+"""How commands reach a candidate runner (farm.evaluate.sandbox): large tensor payloads as an
+anonymous memory file whose descriptor travels with the frame (no path in the runner's folder),
+small ones through the socket. Both carry unsigned pointer tables and their pointees."""
 
 import pytest
 import torch
 
-from farm.evaluate import boundary, sandbox
+from farm.evaluate import boundary, sandbox, wire
 from farm.evaluate.sandbox import Limits, Sandbox
 from farm.runtime import pointers
 from farm.targets import resolve_device
@@ -31,7 +28,6 @@ def runner():
         yield sb
     finally:
         sb.close()
-        shutil.rmtree(sb.workdir, ignore_errors=True)
 
 
 def _inputs():
@@ -42,13 +38,13 @@ def _inputs():
 
 def _files_made(monkeypatch) -> list:
     made = []
-    real = tempfile.mkstemp
+    real = wire.memfile
 
     def spy(*args, **kwargs):
-        made.append(kwargs.get("dir"))
+        made.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sandbox.tempfile, "mkstemp", spy)
+    monkeypatch.setattr(wire, "memfile", spy)
     return made
 
 
@@ -66,4 +62,3 @@ def test_an_input_set_arrives_whole_either_way_and_leaves_no_file(runner, monkey
     table = reply["outputs"][1]
     assert table.dtype == torch.uint64 and (int(table[0]) >> 48) != pointers.TAG and int(table[0]) != 0
     assert bool(made) == through_file
-    assert not list(runner.workdir.glob("message-*"))  # read once, then deleted by the runner

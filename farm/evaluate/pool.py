@@ -1,0 +1,146 @@
+"""A warm pool of candidate runners: each candidate gets a runner no candidate ran in before,
+started ahead of time so that the device does not wait for it.
+
+A runner is a process in a sandbox of its own (farm.evaluate.sandbox): whatever a candidate
+did to it (patched the harness, its clock or its loader, poisoned the input sets it keeps,
+filled its compiler cache, left processes or threads running) ends with it, because the next
+candidate never sees that process, its folder or its cache. Starting one (an interpreter,
+torch, Triton, a device context) takes seconds, so `size` runners are kept started by as many
+starter threads, and taking one has its thread start the next. A runner waiting in the pool
+has run no candidate code; it may already hold the op's public input sets (`prime`), which
+every candidate is shown anyway. While the device is timed, runners that are starting or
+waiting are stopped like compile-ahead runners (farm.evaluate.quiet), so a start never shares
+the host with a timing.
+
+The starter threads live as long as the pool: bubblewrap's --die-with-parent ends a runner
+when the thread that started it ends (PR_SET_PDEATHSIG follows the thread, not the process).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Callable
+
+from farm.evaluate import quiet
+from farm.evaluate.boundary import Boundary
+from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.targets import DeviceSpec
+
+log = logging.getLogger(__name__)
+
+SIZE = 1  # runners kept started beside the one in use
+
+
+class RunnerPool:
+    def __init__(self, spec: DeviceSpec, limits: Limits, boundary: Boundary, size: int = SIZE,
+                 configure: Callable[[Sandbox], None] | None = None,
+                 prime: Callable[[Sandbox], None] | None = None):
+        self.spec, self.limits, self.boundary = spec, limits, boundary
+        self.size = max(0, size)
+        self.configure = configure  # what every runner is given before it starts (its poison sizes, ...)
+        self.prime = prime  # run on a started runner before it waits (the public input sets)
+        self.ready: deque[Sandbox | BaseException] = deque()
+        self.starting = 0
+        self.started = 0  # runners this pool started (tests and benchmarks read it)
+        self.taken = 0  # runners handed out
+        self.closed = False
+        self._inflight: set[Sandbox] = set()  # runners a starter thread is starting
+        self._threads: list[threading.Thread] = []
+        self._cv = threading.Condition()
+        self._quiet = quiet.for_device(spec.label, host_wide=not spec.target.interpret)
+
+    def take(self) -> Sandbox:
+        """A started runner that has run nothing; blocks while the next one starts. The first
+        (and every one with size 0) is started in the calling thread; from the second on, the
+        starter threads keep `size` ready."""
+        with self._cv:
+            self.taken += 1
+            inline = self.size == 0 or (self.taken == 1 and not self.ready)
+        if inline:  # an evaluator's first candidate (farm eval has no second) waits, as it always did
+            return self._start()
+        with self._cv:
+            self._spawn()
+            while not self.ready:
+                self._cv.wait()
+            item = self.ready.popleft()
+            self._cv.notify_all()  # a starter thread starts the next
+        if isinstance(item, BaseException):
+            raise item
+        self._quiet.remove(item)
+        return item
+
+    def _spawn(self) -> None:
+        """The starter threads, once (under the lock)."""
+        while not self.closed and len(self._threads) < self.size:
+            thread = threading.Thread(target=self._starter, name=f"runner-pool-{self.spec.label}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _starter(self) -> None:
+        while True:
+            with self._cv:
+                while not self.closed and len(self.ready) + self.starting >= self.size:
+                    self._cv.wait()
+                if self.closed:
+                    return
+                self.starting += 1
+            box = Sandbox(self.spec, self.limits, self.boundary)
+            self._quiet.add(box)  # stopped while the device is timed, start included
+            with self._cv:
+                self._inflight.add(box)
+            try:
+                item: Sandbox | BaseException = self._start(box)
+            except BaseException as exc:  # noqa: BLE001 - handed to the one who takes it
+                self._quiet.remove(box)
+                if not isinstance(exc, SandboxDied):
+                    log.warning("a pool runner for %s failed to start: %s", self.spec.label, exc)
+                item = exc
+            with self._cv:
+                self._inflight.discard(box)
+                self.starting -= 1
+                if not self.closed:
+                    self.ready.append(item)
+                    self._cv.notify_all()
+                    continue
+            if isinstance(item, Sandbox):
+                self._quiet.remove(item)
+                item.close()
+            return
+
+    def _start(self, box: Sandbox | None = None) -> Sandbox:
+        box = box or Sandbox(self.spec, self.limits, self.boundary)
+        if self.configure is not None:
+            self.configure(box)
+        try:
+            box.start()
+            if self.prime is not None:
+                self.prime(box)
+        except BaseException:
+            box.close()
+            raise
+        with self._cv:
+            self.started += 1
+        return box
+
+    def drain(self) -> None:
+        """Close the runners waiting here (started under another environment or configuration):
+        the next take starts new ones."""
+        with self._cv:
+            items = list(self.ready)
+            self.ready.clear()
+            self._cv.notify_all()
+        for item in items:
+            if isinstance(item, Sandbox):
+                self._quiet.remove(item)
+                item.close()
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            inflight = list(self._inflight)
+            self._cv.notify_all()
+        self.drain()
+        for box in inflight:  # a start in progress ends now
+            box.close()

@@ -1,0 +1,183 @@
+"""The trusted side of an Evaluator (farm.evaluate.evaluator): the trusted runner, which loads the
+task's Model and Reference and never runs candidate code; the truth it computes on secret fresh
+seeds (the cases a candidate is verified on: farm.evaluate.verifier); the baselines. A mixin: it
+uses the Evaluator's settings, task and lease."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from farm.corpus.inputs import draw_inputs
+from farm.errors import FarmError
+from farm.evaluate import lease as device_lease
+from farm.evaluate import profiles
+from farm.evaluate.result import REASON_CHARS
+from farm.evaluate.result import nbytes as _nbytes
+from farm.evaluate.sandbox import Sandbox, SandboxDied
+from farm.evaluate.verifier import Case
+
+PROBES = 3  # input sets never shown to a candidate before its first timed call on them
+
+
+class TrustedSide:
+    """Mixed into Evaluator: the trusted runner (`references`), the cases and the baselines."""
+
+    def _new_trusted(self) -> Sandbox:
+        """A trusted runner: the task file runs there; it may import from its folder, and
+        nothing else it needs."""
+        box = Sandbox(self.spec, self.settings.limits, self.boundary, read_only=(self.ref.path.resolve().parent,))
+        self._configure(box)
+        return box
+
+    def _configure(self, box: Sandbox) -> None:
+        """What a runner is told before it starts: the sizes its outputs take (it poisons them
+        before each run; a reply may carry no more than twice as much per output set)."""
+        box.output_nbytes = _nbytes(self.expected)
+        box.output_cap = max(1 << 20, 2 * sum(box.output_nbytes))
+
+    def _prime(self, box: Sandbox) -> None:
+        """A pool runner gets the public input sets before its candidate (never the probes),
+        sent while no timing holds the device."""
+        sets = [("pt", self.inputs)]
+        if self._cases is not None:
+            sets += [(f"seed{i}", inputs) for i, (inputs, _o) in enumerate(self.fresh_cases())]
+        with self.lease.hold(device_lease.VERIFICATION):
+            for key, inputs in sets:
+                if box.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs,
+                            output_nbytes=box.output_nbytes).ok:
+                    box.cached_inputs.add(key)
+
+    def _load_trusted(self, which: str) -> dict:
+        return self.references.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
+                                    source=self.ref.source, shapes=self.shapes, which=which,
+                                    init_inputs=self.init_inputs, policy=self.ref.policy,
+                                    reference=self.task.reference_cls.__name__ if self.task.reference_cls else None)
+
+    def _reference_run(self, which: str, key: str, inputs: list) -> dict:
+        reply = self._load_trusted(which)
+        if not reply.ok:
+            raise FarmError(f"{self.ref.path}: {which} cannot be built on {self.spec.label}: "
+                            f"{self._clean(str(reply.get('error')), REASON_CHARS)}")
+        return self.references.with_inputs("run", self.settings.limits.compile_s, key, inputs, poison=False)
+
+    def reference_backward(self, key: str, inputs: list, indices: list[int], upstream: list) -> dict:
+        """Reference's gradients on an input set, in the trusted runner."""
+        loaded = self._load_trusted("Reference")
+        reply = self.references.with_inputs("run_backward", self.settings.limits.compile_s, key, inputs,
+                                            indices=indices, grad_outputs=upstream) if loaded.ok else loaded
+        if not reply.ok:
+            raise FarmError(f"{self.ref.path}: Reference's backward fails on {self.spec.label}: {reply.get('error')}")
+        return reply
+
+    @property
+    def uses_seed_sets(self) -> bool:
+        """Reference-data mode: the stored secret seed sets stand in for Reference on fresh seeds."""
+        return self.task.reference_cls is None and bool(self.seed_sets)
+
+    def _probe_count(self) -> int:
+        return len(self.seed_sets) // 2 if self.uses_seed_sets else PROBES
+
+    def fresh_cases(self) -> list[tuple[list, list]]:
+        """Inputs from secret seeds and the truth for them: Reference's outputs computed on the
+        target, or in reference-data mode the Model's outputs recorded on the reference platform."""
+        cases = self._all_cases()
+        return cases[:len(cases) - self._probe_count()]
+
+    def probe_cases(self) -> list[tuple[list, list]]:
+        """More secret cases, for the timing probes: no candidate sees them before then."""
+        cases = self._all_cases()
+        return cases[len(cases) - self._probe_count():]
+
+    def verification(self) -> dict:
+        if self.uses_seed_sets:
+            return {"by": "seed_sets", "sets": len(self.seed_sets),
+                    "truth": f"original Model recorded on {self.data.get('device_name') or 'the reference platform'}"}
+        return {"by": "reference", "sets": len(self._all_cases()),
+                "truth": f"{self.task.truth_cls.__name__} on the target, fresh secret seeds",
+                **({"fitted": self.data["fitted"]} if self.data.get("fitted") else {})}
+
+    def _all_cases(self) -> list[tuple[list, list]]:
+        if self._cases is None and self.uses_seed_sets:
+            self._cases = [(list(i), list(o)) for i, o in self.seed_sets]
+            self._seeds = [None] * len(self._cases)
+        if self._cases is None:
+            self._cases, self._seeds = self.draw_cases(self.settings.fresh_seeds + PROBES)
+        return self._cases
+
+    def draw_cases(self, n: int, fresh: bool = False, prefix: str = "seed") -> tuple[list, list]:
+        """`n` secret input sets and Reference's outputs for them on the target, from the trusted
+        runner, and their seeds. `fresh`: never the profile's derived seeds (the re-timing's)."""
+        cases, seeds = [], []
+        for i in range(n):
+            seed = secrets.randbelow(2**31 - 1) + 1
+            if self.profile.derived_seeds and i < self.settings.fresh_seeds and not fresh:
+                seed = profiles.trial_seed(int(self.data.get("seed", 0) or 0), i)
+            inputs = draw_inputs(self.task, seed)
+            with self._device(device_lease.VERIFICATION):  # Reference on the device: never beside a timing
+                reply = self._reference_run("Reference", f"{prefix}{i}", inputs)
+            if not reply.ok:
+                raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh seed: "
+                                f"{self._clean(str(reply.get('error')), REASON_CHARS)}")
+            cases.append((inputs, reply["outputs"]))
+            seeds.append(seed)
+        return cases, seeds
+
+    def cases(self) -> list[Case]:
+        """What a candidate is verified on: the reference data's case, then the secret fresh
+        ones (more cases per op, shapes among them, plug in here: issue 32)."""
+        pt = Case("pt", self.inputs, self.expected, "against the reference data (.pt)", self.data.get("seed"))
+        label = ("secret seed set {} recorded from the original Model" if self.uses_seed_sets
+                 else "fresh seed {} against Reference on the target")
+        fresh = [Case(f"seed{i}", inputs, expected, label.format(i + 1), secret=True)
+                 for i, (inputs, expected) in enumerate(self.fresh_cases())]
+        return [pt, *fresh]
+
+    def fixed_costs(self) -> dict:
+        """What this evaluator paid once per op: the secret fresh-seed cases (inputs and the
+        truth on the target) and the baselines. The search stores them with its checkpoint so
+        that later chunks and other workers adopt them instead of paying again."""
+        return {"cases": None if self.uses_seed_sets else self._all_cases(), "baseline": self.baseline()}
+
+    def adopt(self, fixed: dict) -> None:
+        """Take the fixed costs another evaluator of this op paid (`fixed_costs`)."""
+        if fixed.get("cases") is not None and not self.uses_seed_sets:
+            self._cases = [(list(i), list(o)) for i, o in fixed["cases"]]
+            self._seeds = [None] * len(self._cases)
+        if fixed.get("baseline") is not None:
+            self._baseline = dict(fixed["baseline"])
+
+    def baseline(self) -> dict:
+        """Model (where it runs on the target) and Reference, timed like candidates."""
+        if self._baseline is None:
+            base: dict[str, Any] = {}
+            for which, key in (("Model", "model"), ("Reference", "reference")):
+                if which == "Reference" and self.task.reference_cls is None and self.task.mode != "model":
+                    base["reference_error"] = "no Reference: the task is in reference-data mode"
+                    continue
+                try:
+                    self._time_baseline(which, key, base)
+                except (SandboxDied, FarmError) as exc:
+                    base[f"{key}_error"] = str(exc)[-300:]
+            self._baseline = base
+        return self._baseline
+
+    def _time_baseline(self, which: str, key: str, base: dict) -> None:
+        """Loaded and run once as a verification, then timed alone: only the timing calls hold
+        the device from other ops."""
+        self.references.ensure_started()
+        with self._device(device_lease.VERIFICATION):
+            run = self._reference_run(which, "pt", self.inputs)
+        if not run.ok:
+            base[f"{key}_error"] = run.get("error", "")[-300:]
+            return
+        with self._device(device_lease.TIMING):
+            reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"], options=self.settings.timing)
+            if reply.ok:
+                base[f"{key}_ms"] = reply["stats"]["median_ms"]
+                base[f"{key}_timing"] = reply["stats"]
+            if self.backward is not None:
+                reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"],
+                                             options=self.backward.timing_options(self.data["grad_outputs"]))
+                if reply.ok:
+                    base[f"{key}_fwd_bwd_ms"] = reply["stats"]["median_ms"]
