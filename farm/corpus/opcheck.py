@@ -79,9 +79,9 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
         ref_warm = [_timed_forward(truth, dev_inputs, spec)[1] for _ in range(len(warm))]
     corpus.check_outputs(task, task.model_cls, out)
     corpus.check_outputs(task, task.truth_cls, expected)
-    checks = compare.compare_outputs(compare.as_output_list(to_cpu(out)), compare.as_output_list(to_cpu(expected)),
-                                     task.tolerance)
     shapes_in, dtypes_in = describe_values(inputs)
+    checks = compare.compare_outputs(compare.as_output_list(to_cpu(out)), compare.as_output_list(to_cpu(expected)),
+                                     compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))
     summary = compare.summarize(checks)
     # a self-referenced Model's gradients agree with themselves: only a Reference checks them
     backward = task.backward and task.reference_cls is not None and summary["ok"]

@@ -56,6 +56,7 @@ from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
 from farm.evaluate.timing import GRAPH_THRESHOLD_MS
 from farm.evaluate.verifier import Verifier
 from farm.reference.fitted import fitted
+from farm.runtime import compare
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import identical
 from farm.targets import DeviceSpec
@@ -127,8 +128,9 @@ class Evaluator(TrustedSide, Comparison):
             raise FarmError(f"{task_ref.path}: the task is in reference-data mode (no usable Reference) and its reference "
                             "data comes without secret seed sets, so a pass could not be checked on unseen inputs: "
                             "make the reference data with `farm reference` (it records them) and pass its --store")
-        # the profile's tolerances, and over them the task's own TOLERANCE
-        self.tolerance = {**self.profile.tolerance, **self.task.tolerance}
+        # the profile's tolerances, over them the task's own TOLERANCE, no finer than the inputs
+        self.tolerance = compare.through_inputs({**self.profile.tolerance, **self.task.tolerance},
+                                                ref_data.get("input_dtypes"), self.task.tolerance)
         self.init_inputs = list(ref_data["init_inputs"])
         self.inputs = list(ref_data["inputs"])
         self.expected = list(ref_data["outputs"])

@@ -27,7 +27,8 @@ from farm.corpus.inputs import draw_init_inputs, draw_inputs
 from farm.errors import FarmError
 from farm.export import package_envelope
 from farm.runtime import grads
-from farm.runtime.compare import all_ok, as_output_list, compare_outputs
+from farm.runtime.compare import all_ok, as_output_list, compare_outputs, through_inputs
+from farm.runtime.tensors import describe_values
 from farm.runtime.tensors import clone_values, to_cpu, to_device
 
 DEFAULT_CASES = 8
@@ -143,7 +144,8 @@ def _verdict(run: dict, result: dict, task) -> dict:
     if not isinstance(result, dict) or "error" in result:
         doc["reason"] = (result or {}).get("error", "no result") if isinstance(result, dict) else "no result"
         return doc
-    checks = compare_outputs(list(result.get("outputs") or []), run["outputs"], task.tolerance)
+    tolerance = through_inputs(task.tolerance, describe_values(run["inputs"])[1], task.tolerance)
+    checks = compare_outputs(list(result.get("outputs") or []), run["outputs"], tolerance)
     if not all_ok(checks):
         doc["reason"] = next(c.reason for c in checks if not c.ok)
         return doc

@@ -38,7 +38,7 @@ from farm.export.package_envelope import describe
 from farm.export.package_layers import recognise
 from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, package_init, pyproject, readme
 from farm.reference.manifest import now
-from farm.runtime.compare import DEFAULT_TOLERANCE
+from farm.runtime.compare import DEFAULT_TOLERANCE, through_inputs
 from farm.search.results import kernel_prefix, op_prefix
 from farm.storage import Store
 
@@ -228,8 +228,8 @@ def task_info(ref: corpus.TaskRef, data: dict) -> dict:
     structured, and which catalogue layers the op behaves as (package_layers.recognise)."""
     task = corpus.load_task(ref, data.get("shapes") or "bench", reference=data.get("reference_class"))
     truth_cls = task.reference_cls or (task.model_cls if task.mode == "model" else None)
-    tolerance = {k: list(v) for k, v in DEFAULT_TOLERANCE.items()}
-    tolerance.update({k: list(v) for k, v in task.tolerance.items()})
+    widened = through_inputs({**DEFAULT_TOLERANCE, **task.tolerance}, data.get("input_dtypes"), task.tolerance)
+    tolerance = {k: list(v) for k, v in widened.items()}
     try:
         space = task.space.as_dict()
     except FarmError as exc:

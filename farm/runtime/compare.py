@@ -8,6 +8,11 @@ Written down once and used everywhere (ops check, reference consumers, the evalu
   (atol, rtol) by dtype below (a task's TOLERANCE overrides them). The defaults admit about
   two units in the last place of the dtype at magnitude 1, the spread of a different but
   correct accumulation order, and nothing more.
+- An output is held to no finer a tolerance than the least precise floating input it was
+  computed from (`through_inputs`): an fp32 output of fp16 inputs passes through fp16
+  arithmetic in the original too (vLLM's RMSNorm: `fp16(x * rsqrt(var)) * fp32 weight`), so
+  one correct kernel rounding once differently is one fp16 unit off, not a wrong kernel. A
+  task's own TOLERANCE for a dtype is kept as written.
 - NaN positions must be equal, and +Inf/-Inf positions (with their signs) must be equal.
 - Integer and bool tensors: exactly equal.
 - Plain Python outputs: ints, bools, strings and None exactly equal; floats within 1e-6 relative.
@@ -55,6 +60,29 @@ def tolerance_for(dtype: torch.dtype, overrides: dict[str, tuple[float, float]] 
     if overrides and name in overrides:
         return overrides[name]
     return DEFAULT_TOLERANCE.get(name, DEFAULT_TOLERANCE["float32"])
+
+
+_EPS_ORDER = ("float64", "float32", "float16", "bfloat16")  # finest first
+
+
+def through_inputs(tolerance: dict[str, tuple[float, float]] | None, input_dtypes: Any,
+                   task_overrides: dict[str, tuple[float, float]] | None = None) -> dict[str, tuple[float, float]]:
+    """`tolerance` with each finer floating dtype held to the coarsest floating input's
+    tolerance; dtypes named in `task_overrides` (a task's TOLERANCE) are left as they are.
+    `input_dtypes`: torch dtypes or their names ('torch.float16', 'float16')."""
+    names = {str(d).removeprefix("torch.") for d in input_dtypes or ()}
+    floats = [n for n in _EPS_ORDER if n in names]
+    widened = dict(tolerance or {})
+    if not floats:
+        return widened
+    coarsest = floats[-1]
+    coarse = widened.get(coarsest, DEFAULT_TOLERANCE[coarsest])
+    for name in _EPS_ORDER[:_EPS_ORDER.index(coarsest)]:
+        if name in (task_overrides or {}):
+            continue
+        own = widened.get(name, DEFAULT_TOLERANCE[name])
+        widened[name] = (max(own[0], coarse[0]), max(own[1], coarse[1]))
+    return widened
 
 
 def as_output_list(value: Any) -> list:

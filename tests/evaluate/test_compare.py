@@ -91,3 +91,36 @@ def test_the_fast_verdict_is_the_float64_rule_element_by_element(dtype):
         assert one.ok == want, (i, float(a[i]), float(e[i]), one.reason)
     whole = _check(a, e)
     assert not whole.ok and whole.reason.startswith(f"{expected_bad} of 4000 elements outside")
+
+
+def _rms_norm_through_fp16(x: torch.Tensor, weight: torch.Tensor, round_half: bool) -> torch.Tensor:
+    """vLLM's RMSNorm.forward_native: fp16 input, fp32 weight and output, one fp16 rounding."""
+    y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+    if round_half:
+        y = y.half()
+    return y * weight
+
+
+def test_an_fp32_output_of_fp16_inputs_is_held_to_the_fp16_tolerance():
+    torch.manual_seed(0)
+    x, weight = torch.randn(83, 2048, dtype=torch.float16), torch.ones(2048)
+    eager = _rms_norm_through_fp16(x, weight, round_half=True)
+    fused = _rms_norm_through_fp16(x, weight, round_half=False)  # a kernel that skips the rounding
+    assert not _check(fused, eager).ok  # fp32's own tolerance calls it wrong
+    widened = compare.through_inputs({}, [x.dtype, weight.dtype])
+    [check] = compare.compare_outputs([fused], [eager], widened)
+    assert check.ok, check.reason
+    wrong = fused.clone()
+    wrong[5, 7] += 0.05  # a real error is still one
+    [check] = compare.compare_outputs([wrong], [eager], widened)
+    assert not check.ok
+
+
+def test_the_input_rule_keeps_a_tasks_own_tolerance_and_ignores_non_float_inputs():
+    own = {"float32": (1e-6, 1e-6)}
+    assert compare.through_inputs(own, ["torch.float16"], own)["float32"] == (1e-6, 1e-6)
+    assert compare.through_inputs({}, ["torch.int64", None, "torch.bool"]) == {}
+    assert compare.through_inputs({}, ["torch.float32"]) == {"float64": compare.DEFAULT_TOLERANCE["float32"]}
+    # a profile's looser figure for the finer dtype stays where it is looser
+    kb = {"float32": (1e-4, 1e-4)}
+    assert compare.through_inputs(kb, ["torch.bfloat16"])["float32"] == compare.DEFAULT_TOLERANCE["bfloat16"]
