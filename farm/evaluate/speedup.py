@@ -107,7 +107,8 @@ def too_wide(summary: dict | None) -> bool:
 PROMOTION_MARGIN = 0.03
 # The search's own figure for the best (its comparison, in the runner the candidate ran in) must
 # agree with the independent re-timing: a claimed ratio above the re-timing's interval by more
-# than this is not confirmed, and not promoted (issue 33).
+# than this is not confirmed, and not promoted: a runner the candidate ran in may have been
+# rewritten by it, so its figure counts only where a fresh one agrees.
 CONFIRM_TOLERANCE = 0.15
 
 
