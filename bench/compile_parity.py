@@ -1,4 +1,4 @@
-"""The farm against torch.compile over AKG's three original folders (issue 34; docs/benchmarks.md).
+"""The farm against torch.compile over AKG's three original folders (docs/benchmarks.md; figures on docs/results.md).
 
 Per op: reference data, the farm's search with its defaults (generators `tune,port,inductor`,
 the default budget spent by headroom: farm.search.budget), then, in a fresh child on the device,

@@ -1,4 +1,5 @@
-"""Render the GPU corpus results (bench/corpus_gpu.sh output) as the Markdown tables of docs/corpus.md.
+"""Render the GPU corpus results (bench/corpus_gpu.sh output) as the Markdown tables
+of bench/results/corpus_h100/NOTES-2026-11-21.md.
 
 usage: python bench/corpus_table.py RESULTS_DIR
 """

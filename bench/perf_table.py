@@ -1,4 +1,5 @@
-"""Merge the perf JSONs of bench/search_gpu.py and print the Markdown table of docs/benchmarks.md.
+"""Merge the perf JSONs of bench/search_gpu.py and print the Markdown table
+of bench/results/perf_h100/NOTES-2026-11-21.md.
 
 usage: python bench/perf_table.py bench/results/perf_h100/*.json
 Later files win for the same task (re-runs after evaluator fixes).

@@ -8,8 +8,8 @@ own (empty at its start), so neither reuses the other's compiled kernels; `after
 --ops-per-device ops at once on the device (farm.search.batch). Per phase and per op:
 candidates per device-minute (candidates / the op's device-minutes: its wall minutes, shared
 out among the ops searching at the same time), the device busy fraction
-(seconds inside the candidates' timed kernels over wall time, as docs/benchmarks.md measured
-it, and the share of wall time the device was held at all, farm.evaluate.lease), the shares in
+(seconds inside the candidates' timed kernels over wall time, as bench/results/perf_h100/NOTES-2026-11-21.md
+measured it, and the share of wall time the device was held at all, farm.evaluate.lease), the shares in
 timing, verification and idle; per candidate (matched across phases by normalised source) the
 verdict and the timing median with its spread. Writes throughput_<device>.json and .md to OUT.
 
@@ -58,7 +58,7 @@ def fresh_caches(root: Path, name: str) -> None:
 
 def kernel_seconds(candidates: list[dict]) -> float:
     """Seconds the device spent inside candidates' timed calls (per-call figure x reps, plus
-    the compared rounds' calls): the numerator of docs/benchmarks.md's busy fraction."""
+    the compared rounds' calls): the numerator of the busy fraction (bench/results/perf_h100/NOTES-2026-11-21.md)."""
     total = 0.0
     for c in candidates:
         t = c.get("timing") or {}

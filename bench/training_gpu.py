@@ -23,10 +23,10 @@ torch.compile of it, batch 4, 16 heads, head dim 64, fp16, causal, seq 1024/2048
 
 Writes OUT/training_<device>.json and OUT/training_<device>.md (a markdown table); --docs
 FILE replaces the block between `<!-- training-bench:begin -->` and `<!-- training-bench:end -->`
-in FILE with that table.
+in FILE with that table (a dated notes file: docs/results.md keeps only the current figures).
 
 usage: python bench/training_gpu.py bench/results --ops flash_attention_triton silu layer_norm \\
-           --max-tasks 8 --generators tune,inductor [--flush write] [--docs docs/benchmarks.md]
+           --max-tasks 8 --generators tune,inductor [--flush write] [--docs bench/results/training_h100/NOTES-<date>.md]
 """
 
 from __future__ import annotations

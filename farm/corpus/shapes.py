@@ -1,32 +1,15 @@
 """Shapes that fit the machine: measured on the meta device, derived when a file gives none.
 
-Two jobs, both measured without allocating a byte of real memory (tensors on torch's
-`meta` device have shapes and dtypes but no storage):
+Both jobs work on torch's `meta` device (shapes and dtypes, no storage), so nothing is allocated:
 
-guard      Before a task's inputs are drawn for real, the inputs, the ground truth's
-           parameters and buffers and the forward's outputs are measured on the meta device;
-           over `corpus.memory_limit_mb` the task stops with a TaskError that names the size,
-           instead of an out-of-memory fault half way through (CLI, workers and children all
-           draw inputs through farm.corpus.opcheck, which calls it).
-
-derive     For the `small` shape set of a file without SMALL_SHAPES (and without shapes in
-           the config), module-level size constants are scaled down until the footprint fits
-           `corpus.small_budget_mb` and `corpus.small_budget_mflop`. The rule (docs/task-format.md):
-
-  1. Candidates are the module globals that get_inputs()/get_init_inputs() read (their code
-     objects' names, nested functions included): ints >= 2 and tuples of such ints, except
-     structural ones: a name with a segment kernel, stride, padding/pad, dilation, group(s),
-     axis, output_padding, or a `dim` segment with a value below 8 (an axis, not a size).
-  2. Units with the same original value move together (square matrices stay square,
-     `input_shape = (num_classes,)` stays equal to `num_classes`).
-  3. Repeatedly the largest unit is halved (rounded up, never below 1); the step is kept only
-     if every divisibility that held at the original values still holds (channels by groups,
-     features by heads) and the Model still builds and runs forward on the meta device;
-     otherwise that unit is frozen at its value.
-  4. It stops when the footprint (bytes of inputs + parameters/buffers + outputs; FLOPs as
-     torch.utils.flop_counter counts them) fits, or when no unit can move: then the task has
-     no small shapes and says why, rather than running at full size under the name `small`.
-  5. The derived shapes then run one real forward on the CPU (they are small by now).
+guard      before a task's inputs are drawn for real, its inputs, the truth's parameters and
+           buffers and the forward's outputs are measured; over `corpus.memory_limit_mb` the task
+           stops with a TaskError naming the size, not an out-of-memory fault half way through.
+derive     for the `small` shape set of a file without SMALL_SHAPES (or config shapes), the
+           module's size constants are halved until the footprint fits `corpus.small_budget_mb`
+           and `corpus.small_budget_mflop`, keeping what divided what and a Model that still
+           runs; where nothing fits the task says so rather than run at full size as `small`.
+           The rule: docs/task-format.md ("Small shapes").
 """
 
 from __future__ import annotations

@@ -1,42 +1,17 @@
-"""Compile-ahead: candidates checked and compiled on the host's CPU cores while the device
-verifies and times earlier ones (the search's pipeline, docs/search.md "Pipeline").
+"""Compile-ahead: candidates checked and compiled on the host's cores while the device verifies
+and times earlier ones, so the device does not wait on Triton's JIT (LLVM, ptxas: tenths of a
+second to seconds per kernel). The pipeline as a whole: docs/search.md ("Pipeline").
 
-A search used to keep its device's runner busy with Triton's JIT compiles: a new candidate's
-first run compiles every kernel it launches (LLVM, ptxas: tenths of a second to seconds each)
-while the device waits, one candidate at a time. `CompileAhead` takes a fresh
-runner for each candidate from a warm pool (farm.evaluate.pool: the same sandbox and device
-pinning as the evaluator's), at most `size` candidates at once. For each candidate it:
-
-1. runs the static checks (a failure is the verdict the evaluator would give, at no cost);
-2. loads the source in one of its runners: a candidate that fails to import, defines no
-   ModelNew or cannot be built gets the verdict the evaluator's compile stage would give, and
-   one that hangs or kills its runner there gets `timeout` or `crash`, under the same limit;
-3. runs forward once with every Triton launch turned into Triton's own warm-up (compile, write
-   the runner's own cache, launch nothing: `JITFunction.run(warmup=True)`), then hands that
-   very runner to the evaluator, which verifies and times the candidate in it: its kernels are
-   in its cache. No runner's compiler cache is shared: a candidate could plant entries there
-   that another candidate, or the trusted runner, would load. A hang here (a compiler that never returns) is the
-   candidate's `timeout` within the compile limit, where the device's runner would have met
-   it, and costs the device nothing. Nothing else here is a verdict: no kernel ran, so forward
-   computed on garbage, and an error or a crash (a size read from an unwritten output, the
-   memory limit) may be the garbage's; the device's runner judges the real run (a real crash
-   there is quick). After an error the runner is replaced: garbage may have broken its device
-   context, and the candidate gets a fresh runner on the device. The one case where garbage
-   could change a verdict: a forward whose host loop waits on values its kernels compute would
-   hang here, `timeout`, where the real run ends.
-
-Why this route and not Triton's compile API from recorded launch signatures: the launches a
-candidate makes (their specialisations, constexprs, autotuner configs) are only known by
-running its Python, and a warm-up launch inside its own forward records and compiles exactly
-those, autotune configs included (an autotuner in a warm runner compiles every config and
-times none, sandbox_child._compile_only_autotune, and forgets the choices it made on garbage
-timings afterwards; its disk cache is kept off). On a CUDA host the warm runner
-holds a CUDA context but launches no Triton kernel (the candidate's PyTorch calls around its
-kernels, allocations and small copies, do run); on the interpreter there is nothing to compile, so
-the automatic pool size there is 0 (the old, sequential path; tests ask for a pool).
-
-Runners starting, waiting or compiling are stopped while their device is timed
-(farm.evaluate.quiet), so that the compilers never share the host with a timing.
+For each candidate, in a fresh runner from the warm pool (farm.evaluate.pool): the static
+checks, loading the source, and one forward with every Triton launch turned into Triton's own
+warm-up (`JITFunction.run(warmup=True)`: compile into that runner's cache, launch nothing); the
+runner then goes to the evaluator, which judges the candidate in it. Failures up to the load are
+the verdicts the evaluator would give at that stage, under the same limits; of the warm forward
+only a hang is (`timeout`): it computed on garbage, so its errors are not the candidate's. Warm
+launches, not Triton's compile API, because only running the candidate's Python shows which
+launches, constexprs and autotune configs it makes. No compiler cache is shared between runners
+(a candidate could plant entries another would load); the interpreter compiles nothing, so the
+automatic pool there is empty; runners are stopped while their device is timed (farm.evaluate.quiet).
 """
 
 from __future__ import annotations

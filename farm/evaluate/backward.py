@@ -113,7 +113,7 @@ class BackwardCheck:
 
     def speedups(self, result: Any) -> None:
         """Forward+backward against the baselines' per-call figures. Not yet an interleaved
-        comparison (issue 19 covers forward); labelled as a division in the result."""
+        comparison like the forward's (farm.evaluate.speedup); labelled as a division in the result."""
         base = self.ev.baseline()
         fwd_bwd = (result.timing_backward or {}).get("median_ms")
         if not fwd_bwd:

@@ -5,7 +5,7 @@ The trusted runner used to rebuild the task's class for every run it was asked f
 secret seed's Reference run, each baseline, each kept slot. A rebuild unloads what was there
 first (a full garbage collection and an emptied allocator cache: 0.14 s on the H100 host,
 bench/runner_overheads.py), so an op's fixed costs held the device for seconds of
-rebuilding (issue 17). A built class is the same module every time (same file, same
+rebuilding. A built class is the same module every time (same file, same
 `manual_seed(0)` initialisation), so it is kept by what built it and handed out again, as
 the current model or as a slot."""
 

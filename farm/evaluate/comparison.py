@@ -239,8 +239,8 @@ class Comparison:
     def _out_of_running(self, timed: list, bar: float | None) -> bool:
         """Half the rounds say the candidate cannot be the op's best: every ratio against the
         Model so far is under `out_of_running` times the best's. Its other rounds would only
-        narrow the interval of a figure that is not the search's answer (issue 17: a
-        comparison is most of a candidate's device time). The best, and any candidate near it,
+        narrow the interval of a figure that is not the search's answer (a comparison is most
+        of a candidate's device time). The best, and any candidate near it,
         gets every round, and the promotion re-times the best anyway."""
         share = self.settings.out_of_running
         if not bar or share is None:
@@ -348,7 +348,8 @@ class Comparison:
         """The Model against itself: the task's Model loaded by the harness into a fresh
         candidate runner and compared with the trusted runner's Model exactly as a candidate
         is. Its ratio is what "no faster" looks like on this device for this op (placement,
-        runner); on the H100 it reached 1.04 for one op (docs/benchmarks.md)."""
+        runner); on the H100 it reached 1.04 for one op
+        (bench/results/truth_h100/NOTES-2026-11-24.md)."""
         self._null_run = True
         self.candidates = self.pool.take()
         try:
@@ -425,8 +426,8 @@ class Comparison:
             self._retire()
         model = result.comparison.get("model")
         # the null check only where it can decide: a ratio that cannot clear the bar even over a
-        # null of 1.0 is not promoted whatever the Model does against itself (issue 17: its
-        # fresh runner and rounds held the device for about a second of every op)
+        # null of 1.0 is not promoted whatever the Model does against itself (its fresh runner and
+        # rounds held the device for about a second of every op)
         needed = model_runs and speedups.may_promote(model)
         null = self.null_check() if needed else None
         return {"runner": "fresh", "harness": "independent", "time_ms": result.timing["median_ms"],

@@ -88,7 +88,7 @@ class EvalSettings:
     rounds: int = 4  # comparison rounds per baseline, per candidate
     round_reps: int = 20  # per-call figures (events) or graph replays in one round
     confirm_rounds: int = 12  # the re-timing before promotion
-    # issue 17, a candidate's device time: the per-call pass beside a comparison gives checks and
+    # a candidate's device time is mostly timing: the per-call pass beside a comparison gives checks and
     # a labelled figure, not the ratio (its budget, in ms; None: the profile's); a candidate whose
     # ratios after half the rounds all stay under this share of the op's best stops there (None: never)
     per_call_budget_ms: float | None = 100.0
@@ -216,7 +216,7 @@ class Evaluator(TrustedSide, Comparison):
 
     def _start_runners(self) -> None:
         """Both runners up before any stage takes the lease: a start held the device from
-        other ops' timings for seconds (issue 17)."""
+        other ops' timings for seconds."""
         if self.candidates is None:
             self.candidates = self.pool.take()
         self.candidates.ensure_started()

@@ -1,30 +1,18 @@
-"""A quiet host while a device is timed (docs/evaluator.md "A quiet host").
+"""A quiet host while a device is timed (docs/evaluator.md, "A quiet host").
 
-An op whose forward synchronises with the host (a `.item()`, a `.tolist()`, a host loop) is
-timed per call, and its per-call figure holds its host work; a host-bound kernel's figure
-holds its launch latency unless the lead covers it (farm.evaluate.timing). On a search host
-that work competes with the compile-ahead runners (farm.evaluate.ahead: Triton and ptxas on
-every core). On the H100 this was suspected, and stopping the runners did not by itself move
-the AKG figures that disagreed (the timer's lead was the cause: docs/benchmarks.md, issue 19);
-it stays because a timing should not depend on how many candidates are being compiled.
-
-So the work that can wait does: while any process of the host holds a device for timing
-(farm.evaluate.lease), the runners registered here for that device are stopped with SIGSTOP,
-compilers included, and continued when the timing lets go. Their time limits do not count
-the stop (farm.evaluate.sandbox.Sandbox.pause). A timing of this process stops them at once
-(the lease tells); a timing of another process of the host (a `farm worker` with several pool
-processes on one device) is seen by a watcher thread within POLL_S, through the timing flag
-file the lease holds exclusively while it times.
-
-What is not stopped: the search's own threads (proposals, bookkeeping), a generator's child
-(inductor's capture, once per op) and anything outside the farm.
+A per-call figure holds the host work of a forward that synchronises with the host, so it
+should not depend on how many candidates the compile-ahead runners (farm.evaluate.ahead) are
+compiling on the host's cores. While any process of the host holds a device for timing (the
+exclusive phase of farm.evaluate.lease), the runners registered here for that device are
+stopped with SIGSTOP, compilers included, and continued afterwards; their time limits do not
+count the stop. A timing in this process stops them at once; one in another process of the
+host is seen within POLL_S through the timing flag file the lease holds. Not stopped: the
+search's own threads, a generator's child, anything outside the farm.
 
 One core for the timers (`timing_cpu`): while the interleaved rounds of a ratio are timed, the
-runners that take turns in them (a candidate's and the trusted one's) run on one and the same
-core (farm.evaluate.comparison.Comparison._device). Two processes that
-the scheduler placed freely timed the same host-synchronising Model 0.79 to 1.27 times apart
-on the H100; pinned to one core, within 0.97 to 1.05 (bench/cross_process.py, issue 19): a
-ratio of figures from two processes carried their placement.
+two runners taking turns run on one core, because a ratio of figures from two freely placed
+processes carries their placement (bench/cross_process.py; the measurements are in
+bench/results/truth_h100/NOTES-2026-11-24.md).
 """
 
 from __future__ import annotations

@@ -366,7 +366,8 @@ class Sandbox:
     def _send(self, cmd: Command) -> None:
         """Tensors of FILE_MIN_BYTES or more travel as an anonymous memory file whose descriptor
         goes with the frame: pickled into the socket, a 256 MB input set took 1.1 to 1.3 s to
-        reach a runner on the H100 host (docs/benchmarks.md); no path is ever written."""
+        reach a runner on the H100 host (bench/results/training_h100/NOTES-2026-11-24.md); no path is ever
+        written."""
         if tensor_bytes(cmd.arguments()) < FILE_MIN_BYTES:
             wire.send_frame(self.sock, dumps(cmd))  # unsigned tensors too (farm.runtime.tensors)
             return

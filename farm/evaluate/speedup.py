@@ -84,7 +84,7 @@ def candidate_ms(timed: list[tuple[str, float]]) -> float:
 # times the rounds: per-call figures of a forward that synchronises with the host spread by
 # 20-40% from round to round on the H100 (AKG prefill_attention_fwd_kernel: 0.90-1.39 in 12
 # rounds), and a median of 12 such ratios moved by more than the 10% another process must
-# agree within (issue 19). Graph-mode intervals are a fraction of a percent: they never pay.
+# agree within (bench/retime.py's check). Graph-mode intervals are a fraction of a percent: they never pay.
 MAX_HALF_WIDTH = 0.05
 WIDE_ROUNDS = 3
 
@@ -107,7 +107,8 @@ def too_wide(summary: dict | None) -> bool:
 PROMOTION_MARGIN = 0.03
 # The search's own figure for the best (its comparison, in the runner the candidate ran in) must
 # agree with the independent re-timing: a claimed ratio above the re-timing's interval by more
-# than this is not confirmed, and not promoted (issue 33).
+# than this is not confirmed, and not promoted: a runner the candidate ran in may have been
+# rewritten by it, so its figure counts only where a fresh one agrees.
 CONFIRM_TOLERANCE = 0.15
 
 

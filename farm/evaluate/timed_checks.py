@@ -51,8 +51,8 @@ def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float,
         host, dev = stats["host_median_ms"], stats["median_ms"]
         if unseen_work(host, dev, unseen_work_ratio) and recheck is not None:
             # the host clock also counts a stall of the host (a busy neighbour, a runner starting
-            # beside a search): hidden work shows again, a stall seldom does (issue 17: a search
-            # sharing its host with others judged one of 29 candidates this way, once)
+            # beside a search): hidden work shows again, a stall seldom does (a search sharing
+            # its H100 host with others once judged one of 29 honest candidates a cheat this way)
             stats["host_check"] = f"measured again after {host:.3f} ms per call"
             host = stats["host_median_ms"] = recheck()
         if unseen_work(host, dev, unseen_work_ratio):

@@ -14,7 +14,7 @@ same (a busy host stalls some rounds; a lie is in all of them).
 What this bounds: where a round's calls take more than a few times the harness's own work
 (a graph round, a CPU round, any kernel of tens of microseconds and more), a rewritten clock,
 reply or sample list can shade a candidate's figure by at most 1 / CLAIM_FLOOR (2x); every
-gross claim (the 15x and 1850x of issue 33) fails. Below that, the round says too little. On
+gross claim (a forged 15x or 1850x, tests/evaluate/test_trust_line.py) fails. Below that, the round says too little. On
 CUDA, per-call rounds may hold lead spins the runner adds while its host is slower than the
 device (farm.evaluate.timing); up to MAX_LEAD_MS per call of them is allowed, so there the
 bound is looser for kernels under about a millisecond. The re-timing before

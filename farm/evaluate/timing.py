@@ -1,34 +1,16 @@
-"""Timing: how long does a callable take on a device? Knows nothing of correctness.
+"""Timing: how long a callable takes on a device. Knows nothing of correctness.
 
-One recipe for every target, after Triton's do_bench and the public evaluation farms:
+One recipe for every target, after Triton's do_bench, so that figures compare with published
+ones: warm-up calls, a cache flush before every repetition (`write` as do_bench, or `clean`, a
+read that leaves no dirty lines for the timed call to write back), a fresh pair of device events
+around each call in batches behind the flush (the host's launch latency stays outside), until a
+target relative standard error, a time budget or a count; the median ranks, the spread goes with
+it. Three host-clock calls show work the events did not see (a side stream, a thread).
 
-1. one call to warm up (compilation, autotuning, allocator), then calls for a warm-up
-   budget in milliseconds;
-2. before every repetition, sweep a flush buffer larger than the device's cache (256 MB on
-   CUDA, 192 MB on Ascend) so no repetition reads warm cache. flush="write" (the default)
-   overwrites it, as do_bench does; flush="clean" reads it (a sum) instead. A written buffer
-   leaves up to the whole L2 (50 MB on an H100) dirty, and the timed call pays for writing it
-   back: a 64 MiB copy then reaches only 80% of the bandwidth of a 2 GiB one. A read leaves
-   clean lines, and the previous call's dirty outputs are written back during the sweep, so
-   "clean" measures what a memory-bound kernel itself achieves (docs/evaluator.md);
-3. a fresh pair of device events around each call, enqueued behind the flush in batches
-   with one full synchronisation per batch, so host launch latency is not measured;
-4. stop when the relative standard error of the mean falls under a target (after a minimum
-   number of repetitions), when the time budget is spent, or at a maximum count;
-5. report the median (the figure we rank by), min, mean, standard deviation, relative
-   standard error and the number of repetitions, all in milliseconds.
-
-Three calls from an idle device are also timed by the host clock, around the call and a
-full synchronisation: work that the events did not see (a side stream, a thread) shows up as
-host time far above device time.
-
-On cpu the events are host clocks: Triton runs in the interpreter and the numbers only
-order candidates roughly; they are not kernel timings.
-
-That recipe is the "events" timing mode. For microsecond kernels it measures the host's launch
-path as much as the kernel (issue 19; `host_bound` says when): the "graph" mode below replays
-the calls in a CUDA graph instead, and farm.evaluate.speedup turns rounds of either mode into
-ratios measured in one place.
+That is the `events` mode. For microsecond kernels a per-call figure times the host's launch
+path (`host_bound` says when), so the `graph` mode replays the calls in a CUDA graph, as serving
+does. On cpu the events are host clocks around the interpreter: they only order candidates.
+The figures behind each choice: docs/evaluator.md ("Timing").
 """
 
 from __future__ import annotations

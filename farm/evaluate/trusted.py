@@ -125,7 +125,7 @@ class TrustedSide:
 
     def cases(self) -> list[Case]:
         """What a candidate is verified on: the reference data's case, then the secret fresh
-        ones (more cases per op, shapes among them, plug in here: issue 32)."""
+        ones (more cases per op, shapes of its space among them, plug in here)."""
         pt = Case("pt", self.inputs, self.expected, "against the reference data (.pt)", self.data.get("seed"))
         label = ("secret seed set {} recorded from the original Model" if self.uses_seed_sets
                  else "fresh seed {} against Reference on the target")

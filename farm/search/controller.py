@@ -59,7 +59,7 @@ class SearchConfig:
     profile: str = "farm"  # evaluation rules (farm.evaluate.profiles): farm or kernelbench
     timing_mode: str = "auto"  # auto (CUDA graph for short ops), events or graph (farm.evaluate.timing)
     compile_workers: int | None = None  # compile-ahead runners (farm.evaluate.ahead); None: evaluator.compile_workers
-    full_timing: bool = False  # every candidate: the whole per-call pass and every round (issue 17's before)
+    full_timing: bool = False  # every candidate: the whole per-call pass and every round (the search before the timing economy)
 
 
 @dataclass

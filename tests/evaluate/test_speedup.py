@@ -205,7 +205,7 @@ def test_interpreter_timings_promote_as_verified_not_as_a_speedup():
 
 def _scripted_evaluator(round_reply):
     """An Evaluator with its runners replaced by `round_reply(who, mode)`: the comparison logic
-    alone, no device (the graph path itself ran on the H100, docs/benchmarks.md)."""
+    alone, no device (the graph path itself ran on the H100, docs/results.md)."""
     from farm.evaluate.evaluator import EvalSettings, Evaluator
     from farm.targets import resolve_device
 
