@@ -38,6 +38,7 @@ SAMPLE = 4096  # output elements kept per tensor in the compact form
 ROW = 1 << 20  # words weighted by position within a row (2^16 * 2^20 * 2^20 < 2^63)
 BLOCK_ROWS = 16  # rows digested at once: 16 Mi words, 128 MiB per int64 temporary
 DEVICE_HEADROOM = 0.9  # of the device's free memory a draw and its forward may take
+DEVICE_WAIT_S = 300.0  # how long a job that fits an idle device waits for the other jobs' memory
 
 
 class Unreproducible(FarmError):
@@ -173,24 +174,35 @@ def _torch_version() -> str:
 
 
 def guard_device(task, spec) -> None:
-    """Inputs, parameters and outputs (measured on the meta device) against the device's free
-    memory, before anything is allocated there: a clear error naming the task and the size."""
+    """Inputs, parameters and outputs (measured on the meta device) against the device's
+    memory, before anything is allocated there, reserved beside the other reference jobs of
+    this host (farm.runtime.devmem: a job that fits an idle device waits for the others); a
+    clear error naming the task and the size where it does not fit."""
     from farm.corpus.shapes import measure
+    from farm.runtime import devmem
 
-    free = device_free_bytes(spec)
-    if free is None:
+    if device_memory(spec) is None:
         return
     try:
         fp = measure(task.module, task.model_cls, task.input_kwargs)
     except Exception:  # noqa: BLE001 - a file the meta device cannot build is checked for real
         return
-    if fp.total_bytes > free * DEVICE_HEADROOM:
+    try:
+        devmem.reserve(spec.label, fp.total_bytes, lambda: device_memory(spec), DEVICE_HEADROOM, DEVICE_WAIT_S)
+    except devmem.DoesNotFit as exc:
         raise TaskError(task.ref.path, f"needs {fp.describe()} at {task.shapes} shapes (measured on the meta device), "
-                                       f"over {DEVICE_HEADROOM:.0%} of the {free / 2**30:.2f} GiB free on {spec.label}",
-                        "use --shapes small, or a device with more memory")
+                                       f"{exc} on {spec.label}",
+                        "use --shapes small, or a device with more memory" if exc.never
+                        else "run it with fewer --jobs, or when the device is free") from None
 
 
 def device_free_bytes(spec) -> int | None:
+    memory = device_memory(spec)
+    return memory[0] if memory else None
+
+
+def device_memory(spec) -> tuple[int, int] | None:
+    """(free, total) bytes of the spec's device; None where torch cannot say (the CPU)."""
     import torch
 
     kind = device_type(spec.torch_device)
@@ -198,7 +210,8 @@ def device_free_bytes(spec) -> int | None:
     if module is None or not hasattr(module, "mem_get_info"):
         return None
     try:
-        return int(module.mem_get_info(torch.device(spec.torch_device))[0])
+        free, total = module.mem_get_info(torch.device(spec.torch_device))
+        return int(free), int(total)
     except (RuntimeError, AssertionError):
         return None
 

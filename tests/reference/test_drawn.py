@@ -132,11 +132,11 @@ def test_the_device_draw_falls_back_to_the_host_rule_where_it_does_not_repeat(tm
 
 def test_a_task_over_the_devices_free_memory_is_named_before_anything_is_allocated(tmp_path, monkeypatch):
     task = _task(tmp_path)
-    monkeypatch.setattr(drawn, "device_free_bytes", lambda spec: 10_000)
+    monkeypatch.setattr(drawn, "device_memory", lambda spec: (10_000, 20_000))
     with pytest.raises(TaskError) as caught:
         drawn.guard_device(task, CPU)
     text = str(caught.value)
-    assert "softmax.py" in text and "needs 0.15 MiB" in text and "free on cpu" in text
+    assert "softmax.py" in text and "needs 0.15 MiB" in text and "on cpu" in text and "device with more memory" in text
 
 
 def test_compact_batch_writes_fewer_bytes_and_a_raised_threshold_makes_it_again(tmp_path):
