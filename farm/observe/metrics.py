@@ -23,6 +23,8 @@ from pathlib import Path
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from farm.procs import pid_alive
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SLOT_ENV = "FARM_WORKER_SLOT"  # set by `farm worker`: the device index (cpu: slot) that labels a worker's series
 QUEUES_ENV = "FARM_WORKER_QUEUES"  # set by `farm worker`: the queues a worker consumes, comma-separated
@@ -108,7 +110,7 @@ def reap(path: Path) -> list[int]:
     killed with SIGKILL never ran its shutdown hook."""
     dead = []
     for pid in sorted({_pid_of(f.name) for f in path.glob("*_*.db")} - {None}):
-        if not _alive(pid):
+        if not pid_alive(pid):
             mark_dead(pid, path)
             dead.append(pid)
     return dead
@@ -119,15 +121,3 @@ def _pid_of(name: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True  # no /proc: kill(0) said it exists

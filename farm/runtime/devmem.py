@@ -23,6 +23,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from farm.procs import pid_alive
+
 POLL_S = 0.5
 
 
@@ -58,7 +60,7 @@ def _read(fd: int) -> dict[int, int]:
         held = {int(pid): int(n) for pid, n in json.loads(raw or b"{}").items()}
     except (ValueError, AttributeError, TypeError):
         held = {}  # a damaged file holds nothing worth waiting for
-    return {pid: n for pid, n in held.items() if pid != os.getpid() and _alive(pid)}
+    return {pid: n for pid, n in held.items() if pid != os.getpid() and pid_alive(pid)}
 
 
 def _write(fd: int, held: dict[int, int]) -> None:
@@ -66,20 +68,6 @@ def _write(fd: int, held: dict[int, int]) -> None:
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, json.dumps({str(k): v for k, v in held.items()}).encode())
 
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (an ended job its parent has not reaped yet holds no memory)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: take the pid's word
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 def reserve(device: str, need: int, free_total, headroom: float, wait_s: float) -> None:

@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from farm.procs import pid_alive
+
 PREFIX = "farm-sandbox-"
 _OWNED = re.compile(rf"^{PREFIX}(\d+)-")
 
@@ -111,7 +113,7 @@ def sweep_stale(root: Path | None = None) -> list[Path]:
         return removed
     for entry in entries:
         m = _OWNED.match(entry.name)
-        if not m or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+        if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
@@ -121,15 +123,6 @@ def sweep_stale(root: Path | None = None) -> list[Path]:
             continue
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_capped(argv: list[str], timeout_s: float, cap: int = 16 << 20, **kwargs) -> subprocess.CompletedProcess:
