@@ -39,7 +39,7 @@ from farm.corpus.inputs import draw_inputs
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
-from farm.evaluate import profiles, static_checks, timed_checks, timing
+from farm.evaluate import profiles, static_checks, timed_checks, timing, verified
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.result import EvalResult
 from farm.evaluate.result import Stop as _Stop
@@ -116,10 +116,10 @@ class Evaluator(Comparison):
         self.task = modes.as_recorded(modes.load_resolved(task_ref, self.shapes, ref_data.get("reference_class"),
                                                           ref_data.get("mode")), ref_data)
         self.seed_sets = ref_data.get("_seed_sets")
-        if self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets:
-            raise FarmError(f"{task_ref.path}: the task is in reference-data mode (no usable Reference) and its reference "
-                            "data comes without secret seed sets, so a pass could not be checked on unseen inputs: "
-                            "make the reference data with `farm reference` (it records them) and pass its --store")
+        # reference-data mode with a .pt that records no secret seed sets (made by the existing
+        # tools' generator): nothing on the target knows the answer on other inputs, so a pass
+        # rests on the .pt alone, and every verdict says so (farm.evaluate.verified)
+        self.pt_only = self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets
         # the profile's tolerances, and over them the task's own TOLERANCE
         self.tolerance = {**self.profile.tolerance, **self.task.tolerance}
         self.init_inputs = list(ref_data["init_inputs"])
@@ -175,7 +175,7 @@ class Evaluator(Comparison):
         return self.task.reference_cls is None and bool(self.seed_sets)
 
     def _probe_count(self) -> int:
-        return len(self.seed_sets) // 2 if self.uses_seed_sets else PROBES
+        return len(self.seed_sets) // 2 if self.uses_seed_sets else 0 if self.pt_only else PROBES
 
     def fresh_cases(self) -> list[tuple[list, list]]:
         """Inputs from secret seeds and the truth for them: Reference's outputs computed on the
@@ -189,6 +189,8 @@ class Evaluator(Comparison):
         return cases[len(cases) - self._probe_count():]
 
     def verification(self) -> dict:
+        if self.pt_only:
+            return verified.pt_only(self.data.get("device_name"))
         if self.uses_seed_sets:
             return {"by": "seed_sets", "sets": len(self.seed_sets),
                     "truth": f"original Model recorded on {self.data.get('device_name') or 'the reference platform'}"}
@@ -196,6 +198,8 @@ class Evaluator(Comparison):
                 "truth": f"{self.task.truth_cls.__name__} on the target, fresh secret seeds"}
 
     def _all_cases(self) -> list[tuple[list, list]]:
+        if self.pt_only:
+            return []
         if self._cases is None and self.uses_seed_sets:
             self._cases = [(list(i), list(o)) for i, o in self.seed_sets]
         if self._cases is None:
@@ -433,12 +437,15 @@ class Evaluator(Comparison):
             result.seeds_checked += 1
             self._check_deadline(f"fresh seed {i + 1}")
         if self.fresh_cases():
-            self._ghost(reply["outputs"], len(self.fresh_cases()) - 1)
+            last = len(self.fresh_cases()) - 1
+            self._ghost(reply["outputs"], f"seed{last}", self.fresh_cases()[last][0])
+        else:  # the .pt alone (no unseen inputs): the decoy check still runs on it
+            self._ghost(first["outputs"], "pt", self.inputs)
 
-    def _ghost(self, real: list, index: int) -> None:
+    def _ghost(self, real: list, key: str, inputs: list) -> None:
         """Replay with every Triton launch turned into a no-op: if the outputs do not change,
         the kernels did not compute them (a decoy kernel next to a PyTorch forward)."""
-        ghost = self._call("run", self.settings.limits.run_s, f"seed{index}", self.fresh_cases()[index][0],
+        ghost = self._call("run", self.settings.limits.run_s, key, inputs,
                            inplace_args=self.task.inplace_args, ghost=True)
         if ghost.get("outputs") is not None and identical(ghost["outputs"], real):
             raise _Stop("cheat", "the outputs are the same with every Triton launch skipped: "
@@ -464,8 +471,7 @@ class Evaluator(Comparison):
         """Time on the secret fresh-seed inputs in rotation, then check that the timed calls
         launched kernels and computed the verified answers: no cache, replay or lazy shortcut
         survives being timed."""
-        cases = self.fresh_cases()
-        keys = [f"seed{i}" for i in range(len(cases))]
+        keys, cases = self._time_cases()
         probes = self.probe_cases()
         probe_keys = self._probe_keys()
         self._put_probes()  # a no-op after the probes stage: they are kept until this call
