@@ -79,6 +79,9 @@ class OpOutcome:
     promotion: str = ""  # why the best was promoted or not (farm.evaluate.speedup.promotion)
     timing_mode: str = ""
     fraction_of_limit: float | None = None
+    ref_sha256: str = ""  # the reference data searched on: a batch does not skip an op whose data changed
+    unseen_inputs: bool | None = None  # passes checked beyond the .pt (farm.evaluate.verified)
+    verified: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +120,7 @@ class OpSearch:
         self.started_at = now()  # wall clock, for reports; the first process's time survives a resume
         self.ahead = None  # the compile-ahead pool (farm.evaluate.ahead) while a step runs, where configured
         self.fixed_paid = False  # this process paid the op's fixed costs (else it adopted stored ones)
+        self.verified_by: dict = {}  # the evaluator's verification(), kept in the checkpoint
         self.device_queue = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or devices[0].label, "device")
         self.device_clock = pipeline.DeviceClock(target, devices)
 
@@ -128,7 +132,8 @@ class OpSearch:
                 "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
-                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at}
+                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at,
+                "verified": self.verified_by}
 
     def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
         new = [r for r in self.db.records.values() if r.id not in self.written and r.verdict != "pending"]
@@ -141,6 +146,7 @@ class OpSearch:
         if not self.store.exists(key):
             return None
         state = self.store.read_json(key)
+        results.check_same_reference(state, self.data.get("_sha256"), self.run_name, self.ref.key)
         self.db = Database.from_dict(state["db"])
         # candidates in flight when the previous process died were never finished: drop them
         for rid in [r.id for r in self.db.records.values() if r.verdict == "pending"]:
@@ -156,6 +162,7 @@ class OpSearch:
         self.chunks_done = state["chunks_done"]
         self.started_at = state.get("started_at") or self.started_at
         self.written = set(self.db.records)
+        self.verified_by = state.get("verified") or {}
         return state
 
     # ------------------------------------------------------------ proposals
@@ -456,7 +463,7 @@ class OpSearch:
                 "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
                              "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
                                  self.devices[0], self.config.profile)).fresh_seeds,
-                             "profile": self.config.profile, **getattr(self, "verified_by", {})},
+                             "profile": self.config.profile, **self.verified_by},
                 "generators": sorted(self.generators), "config": asdict(self.config),
                 "no_seed": self.no_seed_text() if not self.db.records else ""}
 
@@ -498,7 +505,8 @@ class OpSearch:
                          baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")},
                          error="" if best else self.why_no_kernel(),
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",
-                         fraction_of_limit=(best.limit or {}).get("fraction") if best else None)
+                         fraction_of_limit=(best.limit or {}).get("fraction") if best else None,
+                         ref_sha256=self.data.get("_sha256") or "", **results.verified_fields(self.verified_by))
 
 
 def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
