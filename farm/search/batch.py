@@ -21,7 +21,7 @@ from farm.errors import FarmError, IntegrityError
 from farm.generators import Generator
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
-from farm.search import catalog, ledger
+from farm.search import catalog, ledger, results
 from farm.search.controller import OpOutcome, SearchConfig, search_op
 from farm.storage import Store
 from farm.targets import DeviceSpec
@@ -87,8 +87,12 @@ def search_batch(
     todo = []
     for ref in refs:
         name = ref.key
-        now = (lambda ref=ref: current_sha(ref)) if current_sha else None
-        if ledger.should_skip(done.get(name), retry_errors, force, config_of[name].max_tasks, now):
+        changed = _reference_changed(done.get(name), ref, current_sha, run) if current_sha and not force else ""
+        if changed:  # neither skipped as done nor continued: the ledger keeps what it had
+            rows[name] = {"source": ref.source, "op": ref.op, "status": "failed", "stop_reason": "reference changed",
+                          "error": changed, "submitted": 0, "passed": 0}
+            on_op("done", rows[name])
+        elif ledger.should_skip(done.get(name), retry_errors, force, config_of[name].max_tasks):
             row = {"source": ref.source, "op": ref.op, "status": "skipped",
                    "previous": done[name]["status"], **done[name].get("result", {})}
             row["status"] = "skipped"
@@ -116,6 +120,14 @@ def search_batch(
     else:
         _run_parallel(one, todo, parallel, cancel)
     return [rows[ref.key] for ref in refs]
+
+
+def _reference_changed(entry: dict | None, ref: corpus.TaskRef, current_sha: Callable[[corpus.TaskRef], str | None],
+                       run: str) -> str:
+    """Why an op that this run finished on other reference data is not taken up again ("" if it was not)."""
+    was = ((entry or {}).get("result") or {}).get("ref_sha256")
+    now = current_sha(ref) if was else None
+    return results.changed_reference(run, ref.key, was, now) if was and now and was != now else ""
 
 
 def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskRef], parallel: int,

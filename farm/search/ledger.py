@@ -2,15 +2,14 @@
 
 Entries are `done` (the search finished, with or without a passing kernel) or `error`; a
 batch skips both unless told otherwise (--retry-errors, --force), except an error of the
-moment (a full disk, a lost connection: `transient`), a search stopped by a budget lower
-than the one asked for now, and an op whose reference data changed since, which are taken up
-again. Each update is a merge
+moment (a full disk, a lost connection: `transient`) and a search stopped by a budget lower
+than the one asked for now, which are taken up again. Each update is a merge
 through Store.update_json, so an interrupted batch leaves a consistent ledger.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from farm.reference.manifest import now
 from farm.storage import Store
@@ -24,15 +23,10 @@ def read(store: Store, run: str) -> dict[str, dict[str, Any]]:
     return store.read_json(key(run)).get("ops", {})
 
 
-def should_skip(entry: dict | None, retry_errors: bool, force: bool, max_tasks: int | None = None,
-                ref_sha256: Callable[[], str | None] | None = None) -> bool:
-    """`ref_sha256()`: the op's reference data now; an op searched on other data is taken up
-    again (its checkpoint then says what to do: farm.search.results.check_same_reference)."""
+def should_skip(entry: dict | None, retry_errors: bool, force: bool, max_tasks: int | None = None) -> bool:
     if force or not entry:
         return False
     result = entry.get("result", {})
-    if ref_sha256 is not None and result.get("ref_sha256") and result["ref_sha256"] != ref_sha256():
-        return False
     if entry.get("status") == "error":
         # a full disk, a lost connection, a timeout: the machine's failure, not the op's
         return not (retry_errors or result.get("transient"))

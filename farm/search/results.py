@@ -161,9 +161,12 @@ def check_same_reference(state: dict, ref_sha256: str | None, run: str, name: st
     again with a newer .pt must not mix candidates judged against two truths."""
     was = state.get("ref_sha256")
     if was and ref_sha256 and was != ref_sha256:
-        raise FarmError(f"run {run} searched {name} on other reference data (sha256 {was[:12]}...) than it has "
-                        f"now ({ref_sha256[:12]}...): search it in a new run (--run NAME) to keep both, or again "
-                        "in this one with --force")
+        raise FarmError(changed_reference(run, name, was, ref_sha256))
+
+
+def changed_reference(run: str, name: str, was: str, now: str) -> str:
+    return (f"run {run} searched {name} on other reference data (sha256 {was[:12]}...) than it has now "
+            f"({now[:12]}...): search it in a new run (--run NAME) to keep both, or again in this one with --force")
 
 
 def verified_fields(how: dict) -> dict[str, Any]:
