@@ -70,8 +70,9 @@ def push(
     as_json: bool = JsonOption,
 ) -> None:
     """Copy a local reference folder into the store (replaces scp); the store's manifest is merged.
-    Every object is checked first (sha256, loads as a reference .pt): a bad one is refused and
-    never replaces what the store holds."""
+    Every object is checked first (sha256, loads as a reference .pt, its secret seed sets from
+    the folder's .secrets/ against the sha256 it records): a bad one is refused and never
+    replaces what the store holds."""
     folder = Path(from_dir).expanduser()
     if not folder.is_dir():
         raise FarmError(f"folder {folder} (--from) does not exist or is not a folder")
@@ -127,9 +128,11 @@ def _report(rows: list[dict], title: str, as_json: bool) -> None:
     if as_json:
         print_json(rows)
     else:
-        out.print(table(f"{title}: {len(rows)} objects", ["source", "op", "status", "size", "error"],
-                        [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes")), r.get("error", "")]
-                         for r in rows]))
+        seed_sets = any("seed_sets" in r for r in rows)  # copies: the secret seed sets that went with each .pt
+        out.print(table(f"{title}: {len(rows)} objects",
+                        ["source", "op", "status", "size"] + (["seed sets"] if seed_sets else []) + ["error"],
+                        [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes"))]
+                         + ([r.get("seed_sets", "")] if seed_sets else []) + [r.get("error", "")] for r in rows]))
     bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date")]
     if bad:
         say(f"{len(bad)} of {len(rows)} objects failed: see the error column (--json for all of it)", style="red")

@@ -45,7 +45,7 @@ def describe(verified: dict | None, checked: int | None = None) -> str:
         return (f"{done}{verified.get('sets')} secret seed sets of the original Model recorded on the reference "
                 f"platform (reference-data mode; {verified.get('truth', '')})")
     count = checked if checked is not None else verified.get("fresh_seeds", verified.get("sets", "?"))
-    return f"{count} fresh secret seeds against {_truth(verified)}"
+    return f"{count} secret fresh seeds against {_truth(verified)}"
 
 
 def short(verified: dict | None) -> str:
