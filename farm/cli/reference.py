@@ -24,6 +24,7 @@ from farm.cli.common import (
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
 from farm.reference.generate import generate_references, reference_cases, reference_jobs
+from farm.reference.manifest import MANIFEST_KEY
 from farm.storage import open_folder, open_store
 from farm.targets import usable_device
 
@@ -76,8 +77,9 @@ def reference(
     if cause:
         say(f"error: {cause}", style="bold red")
     if failed:
+        listed = "" if output_dir else " (farm cache ls)"
         say(f"{len(failed)} of {len(results)} ops failed: see the error column; full errors in "
-            f"{target.url}/refs/manifest.json (farm cache ls)", style="red")
+            f"{target.describe(MANIFEST_KEY)}{listed}", style="red")
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -15,6 +15,7 @@ alone and says so (farm.evaluate.verified).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,9 @@ def ops(folder: Path, sources: list[str] | None = None) -> list[FolderOp]:
             problem = (f"{pt}: listed in {folder / 'manifest.json'} but missing: copy the folder again whole "
                        f"(`scp -r`), or regenerate it on the reference host with {_regenerate(folder, source, op)}")
         else:
-            problem = (f"no reference data: it failed on the reference host ({entry.get('stage') or '?'}): "
-                       f"{(entry.get('error') or 'no reason recorded').strip().splitlines()[-1]}")
+            last = (entry.get("error") or "no reason recorded").strip().splitlines()[-1]
+            last = re.sub(r"^farm[.]errors[.]\w+: ", "", last)
+            problem = f"no reference data: it failed on the reference host ({entry.get('stage') or '?'}): {last}"
         found[name] = FolderOp(source, op, pt, problem)
     return [found[k] for k in natural_sorted(found)]
 

@@ -6,6 +6,8 @@
     kernels/<target>/<source>/<op>/best.py    self-contained, importable, with a header
     kernels/<target>/<source>/<op>/best.json  what best.py is and how it was verified
 
+and, per op, an `OpOutcome` (the batch's row and ledger entry).
+
 A best kernel is promoted only if its re-timing against the Model in a fresh runner shows it
 faster with 95% confidence where the Model runs (farm.evaluate.speedup.promotion), and if it
 beats the one already there on the same device in the same timing mode. best.json and the
@@ -16,6 +18,7 @@ device's physical limit.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from farm.errors import FarmError
@@ -23,6 +26,40 @@ from farm.evaluate import verified
 from farm.search.database import Database, Record
 from farm.storage import Store
 from farm.storage.base import dump_json
+
+
+@dataclass
+class OpOutcome:
+    """One op's search, as a batch, the ledger and the leaderboard see it."""
+
+    source: str
+    op: str
+    status: str  # succeeded | zero_pass | failed
+    stop_reason: str
+    submitted: int = 0
+    passed: int = 0
+    best_id: str | None = None
+    best_time_ms: float | None = None
+    speedup_vs_model: float | None = None
+    speedup_vs_reference: float | None = None
+    baseline: dict = field(default_factory=dict)
+    error: str = ""
+    promoted: bool = False
+    transient: bool = False  # failed for a reason of the moment (disk full, lost connection): retry
+    promotion: str = ""  # why the best was promoted or not (farm.evaluate.speedup.promotion)
+    timing_mode: str = ""
+    fraction_of_limit: float | None = None
+    ref_sha256: str = ""  # the reference data searched on: a batch does not skip an op whose data changed
+    unseen_inputs: bool | None = None  # passes checked beyond the .pt (farm.evaluate.verified)
+    verified: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "OpOutcome":
+        """A finished search's outcome as its checkpoint keeps it (fields it lacks take defaults)."""
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 def op_prefix(run: str, source: str, op: str) -> str:

@@ -89,7 +89,8 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     rows = _ops(res)
     assert set(rows) == {f"{s}/{op}" for s, (_f, op, _t, _m) in TASKS.items()}
     assert all(r["status"] == "succeeded" and r["unseen_inputs"] is True for r in rows.values()), rows
-    assert rows["vllm_triton/twice_vllm"]["submitted"] == 1  # not searched twice
+    done = rows["vllm_triton/twice_vllm"]
+    assert done["submitted"] == 1 and done["promoted"] is True  # not searched twice, and said as it was
     # resumable: the same command again finds every op finished in its ledger
     again = _ops(cli("search", "--ref-dir", refs, *SEARCH))
     assert {r["status"] for r in again.values()} == {"skipped"}
@@ -155,17 +156,22 @@ def test_a_damaged_or_mixed_up_folder_is_named_with_its_repair(target_host, cli)
     assert not (target_host / "store" / "runs").exists()
 
 
-def test_a_manifest_entry_without_its_file_fails_that_op_only(target_host, cli):
+def test_ops_the_manifest_lists_but_the_folder_lacks_fail_with_the_reason(target_host, cli):
     refs = target_host / "refs"
     for source in ("sglang", "vllm_torch"):
         shutil.rmtree(refs / source)  # lost on the way; the manifest still lists them
     (refs / "vllm_triton" / "twice_vllm.pt").unlink()
+    doc = json.loads((refs / "manifest.json").read_text())  # and one op failed on the reference host
+    doc["entries"]["sglang/kaput"] = {"source": "sglang", "op_name": "kaput", "success": False, "stage": "forward",
+                                      "error": "Traceback ...\nfarm.errors.TaskError: kaput.py: out of memory"}
+    (refs / "manifest.json").write_text(json.dumps(doc))
     res = cli("search", "--ref-dir", refs, *SEARCH)
     assert res.exit_code == 1, res.output
     rows = _ops(res)
-    assert {r["status"] for r in rows.values()} == {"failed"}
+    assert len(rows) == 4 and {r["status"] for r in rows.values()} == {"failed"}
     assert "listed in" in rows["sglang/twice_pure"]["error"] and "missing" in rows["sglang/twice_pure"]["error"]
     assert str(refs / "sglang" / "twice_pure.pt") in rows["sglang/twice_pure"]["error"]
+    assert rows["sglang/kaput"]["error"] == "no reference data: it failed on the reference host (forward): kaput.py: out of memory"
 
 
 def test_a_newer_pt_than_the_run_searched_is_not_skipped_and_not_mixed(target_host, cli):
