@@ -97,7 +97,7 @@ def _verify_cases(store: Store, entry: dict, row: dict) -> None:
 
 
 def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
-              on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+              on_done: Callable[[dict], None] | None = None, force: bool = False) -> list[dict[str, Any]]:
     """Copy every good .pt from src to dst, with the secret seed sets it points at; objects
     already there with the same sha256 are skipped.
 
@@ -105,7 +105,8 @@ def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
     weights_only, every key present; its seed sets against the sha256 it records), so a
     truncated or foreign file, or a .pt whose seed sets are missing or of another version, is
     refused and never replaces what dst holds. Seed sets go first: dst never holds a .pt
-    without the sets it points at."""
+    without the sets it points at. A .pt that dst's manifest says was made later than src's is
+    kept (a stale folder pushed over a store), unless `force`."""
     rows, copied = [], []
     there = manifest.entries(dst)
     with tempfile.TemporaryDirectory(prefix="farm-copy-") as tmp:
@@ -114,7 +115,7 @@ def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
                 continue
             row = {"name": name, "source": entry["source"], "op": entry["op_name"]}
             try:
-                found, metadata = _copy_one(src, dst, entry, there.get(name, {}), Path(tmp))
+                found, metadata = _copy_one(src, dst, entry, there.get(name, {}), Path(tmp), force)
                 row.update(found)
                 if found["status"] == "copied":
                     copied.append(_clean({**entry, **metadata, "key": manifest.ref_key(entry["source"], entry["op_name"]),
@@ -186,17 +187,27 @@ def _copy_cases(src: Store, dst: Store, entry: dict, tmp: Path) -> str:
     return "copied"
 
 
+def _newer(dst_entry: dict, entry: dict) -> bool:
+    """dst's .pt was made after src's (both manifests say when; the same clock format, UTC)."""
+    made, theirs = entry.get("created_at"), dst_entry.get("created_at")
+    return bool(dst_entry.get("success") and made and theirs and str(theirs) > str(made))
+
+
 def _clean(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if k != "unlisted"}
 
 
-def _copy_one(src: Store, dst: Store, entry: dict, dst_entry: dict, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _copy_one(src: Store, dst: Store, entry: dict, dst_entry: dict, tmp: Path,
+              force: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     key = manifest.ref_key(entry["source"], entry["op_name"])
     there = dst.head(key)
     if there is not None and entry.get("sha256") and (there.sha256 or dst.verify(key)) == entry["sha256"]:
         fields = seed_set_fields(entry) or seed_set_fields(dst_entry)
         return {"status": "up to date", "sha256": entry["sha256"], "size_bytes": there.size,
                 "seed_sets": _copy_seed_sets(src, dst, fields, tmp)}, {}
+    if there is not None and not force and _newer(dst_entry, entry):
+        raise FarmError(f"{dst.describe(key)} was made {dst_entry['created_at']}, later than {src.describe(entry['key'])} "
+                        f"({entry['created_at']}): the newer one is kept; --force replaces it")
     local = tmp / f"{entry['source']}__{entry['op_name']}.pt"
     info = src.get_file(entry["key"], local)  # verified against the source's own record
     if entry.get("sha256") and info.sha256 != entry["sha256"]:

@@ -248,3 +248,27 @@ def test_farm_eval_says_how_it_verified(made, cli, tmp_path, monkeypatch):
     text = cli("eval", "--candidate", candidate, "--task", made["task"],
                "--ref-pt", made["out"] / "akgish" / "twice_vllm.pt", "--target", "cpu").stdout
     assert "secret seed sets of the original Model" in text
+
+
+def test_cache_push_keeps_the_newer_pt_of_the_destination_unless_forced(made, tmp_path, cli):
+    """A stale folder pushed over a store (or pulled over a newer folder) replaces nothing newer."""
+    import shutil
+
+    store_url = f"file://{tmp_path / 'store'}"
+    assert cli("cache", "push", "--from", made["out"], "--store", store_url).exit_code == 0
+    stale = tmp_path / "stale"
+    shutil.copytree(made["out"], stale)
+    doc = json.loads((stale / "manifest.json").read_text())
+    entry = doc["entries"]["akgish/twice_vllm"]
+    data = torch.load(stale / "akgish" / "twice_vllm.pt", weights_only=True)
+    data["reference_time_s"] = 9.0  # another generation of it, made earlier than the store's
+    torch.save(data, stale / "akgish" / "twice_vllm.pt")
+    entry.update(created_at="2000-01-01T00:00:00+00:00", sha256=sha256_file(stale / "akgish" / "twice_vllm.pt"))
+    (stale / "manifest.json").write_text(json.dumps(doc))
+    kept = (tmp_path / "store" / "refs" / "akgish" / "twice_vllm.pt").read_bytes()
+    res = cli("cache", "push", "--from", stale, "--store", store_url, "--json")
+    [row] = json.loads(res.stdout)
+    assert res.exit_code == 1 and row["status"] == "refused" and "later than" in row["error"] and "--force" in row["error"]
+    assert (tmp_path / "store" / "refs" / "akgish" / "twice_vllm.pt").read_bytes() == kept
+    forced = cli("cache", "push", "--from", stale, "--store", store_url, "--force", "--json")
+    assert forced.exit_code == 0 and json.loads(forced.stdout)[0]["status"] == "copied"
