@@ -42,8 +42,8 @@ def describe(verified: dict | None, checked: int | None = None) -> str:
         return f"NONE: {NO_UNSEEN}"
     done = f"{checked} of " if checked is not None else ""
     if by == "seed_sets":
-        return (f"{done}{verified.get('sets')} secret seed sets of the original Model recorded on the reference "
-                f"platform (reference-data mode; {verified.get('truth', '')})")
+        truth = verified.get("truth") or "original Model recorded on the reference platform"
+        return f"{done}{verified.get('sets')} secret seed sets of the {truth} (reference-data mode)"
     count = checked if checked is not None else verified.get("fresh_seeds", verified.get("sets", "?"))
     return f"{count} secret fresh seeds against {_truth(verified)}"
 
