@@ -22,6 +22,7 @@ from typing import Any
 
 from farm.corpus.tasks import natural_sorted, validate_name
 from farm.errors import FarmError, IntegrityError
+from farm.reference import cases as ref_cases
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.storage import FOLDER_SECRETS, Store, open_folder
@@ -116,7 +117,22 @@ def load(pt: Path, store: Store | None = None) -> dict[str, Any]:
     pointer = seedsets.pointer_of(data, str(pt))
     if pointer is not None:
         data["_seed_sets"] = _seed_sets(pt, folder, entry, pointer, data, store)
+    _check_cases(pt, data)
     return data
+
+
+def _check_cases(pt: Path, data: dict) -> None:
+    """The cases beside the .pt (farm.reference.cases), where the folder holds them, are the
+    ones it records: a copy that mixed two runs is named here, before anything is searched."""
+    pointer = data.get(ref_cases.POINTER)
+    path = pt.with_suffix(ref_cases.SUFFIX)
+    if not isinstance(pointer, dict) or not pointer.get("sha256") or not path.is_file():
+        return
+    sha = _sha256(path)
+    if sha != pointer["sha256"]:
+        raise IntegrityError(f"{path} does not match {pt} (sha256 {sha[:12]}..., the .pt records "
+                             f"{str(pointer['sha256'])[:12]}...): copy them together again from the reference host's "
+                             f"folder, or regenerate them there with `farm reference --force`")
 
 
 def _seed_sets(pt: Path, folder: Path | None, entry: dict | None, pointer: dict, data: dict,

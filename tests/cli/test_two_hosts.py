@@ -144,6 +144,12 @@ def test_a_damaged_or_mixed_up_folder_is_named_with_its_repair(target_host, cli)
     secret.unlink()  # copied with `cp -r refs/*`: the hidden folder stayed behind
     _bad(cli(*search), str(secret), "missing", "scp -r")
     secret.write_bytes(good)
+    # the public cases beside it (farm.reference.cases), from another run
+    companion = pt.with_suffix(".cases")
+    kept = companion.read_bytes()
+    companion.write_bytes(kept[:-10])
+    _bad(cli(*search), str(companion), "does not match")
+    companion.write_bytes(kept)
     # a .pt of another version than the manifest lists
     data = torch.load(pt, weights_only=True)
     data["reference_time_s"] = 1.0
