@@ -26,6 +26,7 @@ from farm.storage import open_folder, open_store
 app = typer.Typer(help="Inspect, verify and move stored reference data (.pt).", no_args_is_help=True)
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Also replace a .pt the destination's manifest says was made later.")]
 
 
 def _store(ctx: typer.Context, url: str | None):
@@ -67,15 +68,17 @@ def push(
     from_dir: Annotated[str, typer.Option("--from", help="Local cache folder: <dir>/<source>/<op>.pt [+ manifest.json].")],
     store: StoreOpt = None,
     source: SourceOpt = None,
+    force: ForceOpt = False,
     as_json: bool = JsonOption,
 ) -> None:
     """Copy a local reference folder into the store (replaces scp); the store's manifest is merged.
-    Every object is checked first (sha256, loads as a reference .pt): a bad one is refused and
-    never replaces what the store holds."""
+    Every object is checked first (sha256, loads as a reference .pt, its secret seed sets from
+    the folder's .secrets/ against the sha256 it records): a bad one is refused and never
+    replaces what the store holds."""
     folder = Path(from_dir).expanduser()
     if not folder.is_dir():
         raise FarmError(f"folder {folder} (--from) does not exist or is not a folder")
-    _copy(open_folder(folder), _store(ctx, store), source, as_json)
+    _copy(open_folder(folder), _store(ctx, store), source, as_json, force)
 
 
 @app.command("pull")
@@ -85,13 +88,14 @@ def pull(
     to_dir: Annotated[str, typer.Option("--to", help="Local folder to fill as <dir>/<source>/<op>.pt + manifest.json.")],
     store: StoreOpt = None,
     source: SourceOpt = None,
+    force: ForceOpt = False,
     as_json: bool = JsonOption,
 ) -> None:
     """Copy the store's reference data into a local folder, verifying every object."""
     folder = Path(to_dir).expanduser()
     if folder.exists() and not folder.is_dir():
         raise FarmError(f"{folder} (--to) is a file, not a folder")
-    _copy(_store(ctx, store), open_folder(folder), source, as_json)
+    _copy(_store(ctx, store), open_folder(folder), source, as_json, force)
 
 
 @app.command("repair")
@@ -116,10 +120,11 @@ def repair(
     _report(rows, f"manifest rebuilt for {target.url}", as_json)
 
 
-def _copy(src, dst, sources, as_json: bool) -> None:
+def _copy(src, dst, sources, as_json: bool, force: bool = False) -> None:
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"{src.url} -> {dst.url}", total=None)
-        rows = refcache.copy_refs(src, dst, sources, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
+        rows = refcache.copy_refs(src, dst, sources, force=force,
+                                  on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
     _report(rows, f"{src.url} -> {dst.url}", as_json)
 
 
@@ -127,9 +132,11 @@ def _report(rows: list[dict], title: str, as_json: bool) -> None:
     if as_json:
         print_json(rows)
     else:
-        out.print(table(f"{title}: {len(rows)} objects", ["source", "op", "status", "size", "error"],
-                        [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes")), r.get("error", "")]
-                         for r in rows]))
+        seed_sets = any("seed_sets" in r for r in rows)  # copies: the secret seed sets that went with each .pt
+        out.print(table(f"{title}: {len(rows)} objects",
+                        ["source", "op", "status", "size"] + (["seed sets"] if seed_sets else []) + ["error"],
+                        [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes"))]
+                         + ([r.get("seed_sets", "")] if seed_sets else []) + [r.get("error", "")] for r in rows]))
     bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date")]
     if bad:
         say(f"{len(bad)} of {len(rows)} objects failed: see the error column (--json for all of it)", style="red")

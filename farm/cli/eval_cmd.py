@@ -14,6 +14,8 @@ from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
 from farm.evaluate.timing import check_flush, check_mode
+from farm.evaluate import verified
+from farm.reference import folder as refolder
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.storage import open_store
@@ -89,7 +91,7 @@ def _reference_data(s, ref: corpus.TaskRef, ref_pt: Path | None) -> dict:
     if ref_pt:
         if not ref_pt.is_file():
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
-        return seedsets.attach(st, load_pt(ref_pt))
+        return refolder.load(ref_pt, st)  # seed sets from its folder's .secrets/, else the store
     key = manifest.ref_key(ref.source, ref.op)
     if st.head(key) is None:
         raise FarmError(f"no reference data {key} in {st.url}: run `farm reference --source {ref.source} "
@@ -97,12 +99,6 @@ def _reference_data(s, ref: corpus.TaskRef, ref_pt: Path | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="farm-eval-") as tmp:
         st.get_file(key, Path(tmp) / "ref.pt")
         return seedsets.attach(st, load_pt(Path(tmp) / "ref.pt"))
-
-
-def _how(verified: dict) -> str:
-    if verified.get("by") == "seed_sets":
-        return f"{verified.get('checked')} of {verified.get('sets')} stored secret seed sets ({verified.get('truth')})"
-    return f"Reference on {verified.get('checked')} fresh seeds ({verified.get('truth')})"
 
 
 def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
@@ -125,8 +121,10 @@ def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
     out.print(f"  sandbox: {result.sandbox}" + ("" if result.sandbox != "none" else
               " [yellow](no operating-system boundary: docs/evaluator.md, Sandbox)[/]"))
     if result.passed:
-        out.print(f"  verified on unseen inputs: {_how(result.verified)}; Triton launches per forward: {result.launches} "
-                  f"({', '.join(result.kernels)})")
+        unseen = verified.describe(result.verified, result.verified.get("checked"))
+        out.print(f"  verified on unseen inputs: {unseen}", style=None if verified.unseen_checked(result.verified)
+                  else "bold yellow", highlight=False)
+        out.print(f"  Triton launches per forward: {result.launches} ({', '.join(result.kernels)})")
         comp = result.comparison
         out.print(f"  compared in {result.timing.get('mode')} mode ({result.timing.get('mode_reason')}); "
                   f"per call (flushed events): {fmt_num(result.timing.get('per_call_ms'), '.4f')} ms; "

@@ -24,6 +24,7 @@ from farm.cli.common import (
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
 from farm.reference.generate import generate_references, reference_cases, reference_jobs
+from farm.reference.manifest import MANIFEST_KEY
 from farm.storage import open_folder, open_store
 from farm.targets import usable_device
 
@@ -34,9 +35,10 @@ def reference(
     source: SourceOpt = None,
     ops: OpsOpt = None,
     output_dir: Annotated[Optional[str], typer.Option(
-        "--output-dir", "-o", help="Write <dir>/<source>/<op>.pt and <dir>/manifest.json (the existing tools' layout).")] = None,
-    store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store]; with --output-dir it "
-                                                   "keeps only the secret seed sets of reference-data-mode ops.")] = None,
+        "--output-dir", "-o", help="Write <dir>/<source>/<op>.pt and <dir>/manifest.json (the existing tools' layout), and "
+                                   "the secret seed sets of reference-data-mode ops in <dir>/.secrets/.")] = None,
+    store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store]; not with "
+                                                   "--output-dir (the folder holds everything the target needs).")] = None,
     device: Annotated[str, typer.Option(help="Source device: N (CUDA index), cuda:N, cpu, npu:N, or auto.")] = "auto",
     seed: Annotated[Optional[int], typer.Option(help="Seed [reference.seed].")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [reference.timeout_s].")] = None,
@@ -47,10 +49,12 @@ def reference(
     as_json: bool = JsonOption,
 ) -> None:
     """Run each task's original Model and store its inputs and outputs; exit 1 if any op failed."""
+    if output_dir and store:
+        raise FarmError("give either --output-dir (a folder to copy to the target host) or --store, not both")
     s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store, "reference.jobs": jobs})
+    # a folder holds the .pt files in the existing tools' layout and the secret seed sets in a
+    # hidden folder those tools never read: copied whole, it is all the target host needs
     target = open_folder(output_dir) if output_dir else open_store(s.store, s)
-    # the folder is the existing tools' layout and is handed around: secret seed sets stay in the store
-    secret_store = open_store(s.store, s) if output_dir else target
     spec = usable_device(device, default_target="cuda")
     if shapes == "auto":
         shapes = "small" if spec.target.interpret else "bench"
@@ -62,7 +66,7 @@ def reference(
         results = generate_references(
             refs, target, spec, s.reference.seed, shapes, s.reference.timeout_s, force,
             on_done=lambda r: progress.update(bar, advance=1, description=f"{r['source']}/{r['op_name']}"),
-            seed_sets=s.reference.seed_sets, secret_store=secret_store, jobs=reference_jobs(s.reference.jobs, spec),
+            seed_sets=s.reference.seed_sets, jobs=reference_jobs(s.reference.jobs, spec),
             cases=reference_cases(s.reference.cases, spec), ship_max_mb=s.reference.ship_max_mb)
     if as_json:
         print_json({"store": target.url, "device": spec.label, "shapes": shapes, "results": results})
@@ -73,8 +77,9 @@ def reference(
     if cause:
         say(f"error: {cause}", style="bold red")
     if failed:
+        listed = "" if output_dir else " (farm cache ls)"
         say(f"{len(failed)} of {len(results)} ops failed: see the error column; full errors in "
-            f"{target.url}/refs/manifest.json (farm cache ls)", style="red")
+            f"{target.describe(MANIFEST_KEY)}{listed}", style="red")
         raise typer.Exit(EXIT_FAILED)
 
 

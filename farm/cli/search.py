@@ -4,6 +4,7 @@ search for a whole source in one process: the embedded default)."""
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -34,8 +35,8 @@ from farm.evaluate import profiles
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate.timing import check_flush, check_mode
 from farm.generators import DEFAULT_CHAIN, INTERPRETED_CHAIN, load_generator
-from farm.reference import seedsets
-from farm.reference.generate import generate_references, load_pt, reference_cases, reference_jobs
+from farm.reference import folder as refolder
+from farm.reference.generate import generate_references, reference_cases, reference_jobs
 from farm.search import ledger
 from farm.search.batch import cached_ops, load_reference, summarize
 from farm.search.budget import search_by_headroom
@@ -98,10 +99,16 @@ def search(
     ctx: typer.Context,
     source: Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Source (repeatable in batch mode).")] = None,
     op: Annotated[Optional[str], typer.Option(help="One op; without it, every cached op of the source(s).")] = None,
-    ref_pt: Annotated[Optional[Path], typer.Option(help="Reference data file, with --task-file, outside any store.")] = None,
+    ref_pt: Annotated[Optional[Path], typer.Option(
+        help="Reference data file, with --task-file, outside any store: e.g. DIR/<source>/<op>.pt of a folder copied "
+             "from the reference host (its secret seed sets are read from DIR/.secrets/).")] = None,
     task_file: Annotated[Optional[Path], typer.Option(
         "--task-file", "--benchmark-file", help="Task file that goes with --ref-pt (--benchmark-file: the existing "
                                                 "tools' name).")] = None,
+    ref_dir: Annotated[Optional[Path], typer.Option(
+        "--ref-dir", "--cache-dir", help="Batch over every DIR/<source>/<op>.pt of a reference folder copied from the "
+                                         "reference host, read in place (no push); task files from the corpus by "
+                                         "source name; resumable (--cache-dir: the existing tools' name).")] = None,
     target: TargetOpt = "auto",
     devices: Annotated[Optional[str], typer.Option(help="Device indices, e.g. '0,1,2,3'.")] = None,
     max_concurrent: Annotated[int, typer.Option(min=1, help="Candidates in flight per device.")] = 4,
@@ -134,26 +141,104 @@ def search(
                           generators=tuple(g.name for g in gens), flush=check_flush(flush),
                           profile=profiles.get(profile).name,
                           timing_mode=check_mode(timing_mode), compile_workers=compile_workers)
-    run = validate_name(run or _default_run_name(), "run", "--run")
+    if ref_dir and (ref_pt or task_file or op):
+        raise FarmError("--ref-dir searches a whole folder: leave out --ref-pt, --task-file and --op")
     if ref_pt or task_file:
         if not (ref_pt and task_file):
             raise FarmError("--ref-pt and --task-file (--benchmark-file) go together")
-        ref = corpus.ref_from_file(task_file, (source or ["local"])[0], settings=s)
         if not ref_pt.is_file():
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
-        rows = [_one(ref, seedsets.attach(st, load_pt(ref_pt)), st, run, specs, gens, config, force, as_json)]
+        data = refolder.load(ref_pt, st)
+        ref = corpus.ref_from_file(task_file, _pt_source(source, data, ref_pt), settings=s)
+        _same_op(ref, data, ref_pt, task_file)
+        run = validate_name(run or folder_run_name(ref_pt.resolve().parent.parent, specs[0]), "run", "--run")
+        rows = [_one(ref, data, st, run, specs, gens, config, force, as_json)]
+    elif ref_dir:
+        if not ref_dir.is_dir():
+            raise FarmError(f"reference folder {ref_dir} (--ref-dir) does not exist or is not a folder")
+        run = validate_name(run or folder_run_name(ref_dir.resolve(), specs[0]), "run", "--run")
+        rows = _folder_batch(s, st, ref_dir, source, run, specs, gens, config, retry_errors, force, as_json,
+                             ops_per_device)
     elif op:
         if not source or len(source) != 1:
             raise FarmError("--op needs exactly one --source")
+        run = validate_name(run or _default_run_name(), "run", "--run")
         [ref] = corpus.find_tasks(s, source, [op], op_option="--op")
         rows = [_one(ref, load_reference(st, ref.source, ref.op), st, run, specs, gens, config, force, as_json)]
     else:
+        run = validate_name(run or _default_run_name(), "run", "--run")
         rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json, ops_per_device)
-    _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)")
+    _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)",
+            folder=ref_dir or (ref_pt.resolve().parent.parent if ref_pt else None))
 
 
 def _default_run_name() -> str:
     return "search-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def folder_run_name(folder: Path, spec: DeviceSpec) -> str:
+    """A search from a copied folder resumes by itself: the same command, the same run."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", folder.name).strip("._-") or "refs"
+    return f"{name}-{spec.target.name}"
+
+
+def _pt_source(source: list[str] | None, data: dict, pt: Path) -> str:
+    """--source, else the source the .pt records, else its folder's name (DIR/<source>/<op>.pt)."""
+    if source:
+        return source[0]
+    for name in (data.get("source"), pt.resolve().parent.name):
+        try:
+            return validate_name(str(name), "source")
+        except FarmError:
+            continue
+    return "local"
+
+
+def _same_op(ref, data: dict, pt: Path, task_file: Path) -> None:
+    recorded = data.get("op_name")
+    if recorded is not None and recorded != ref.op:
+        raise FarmError(f"{pt} (--ref-pt) holds the reference data of op {recorded!r}, but {task_file} (--task-file) "
+                        f"is op {ref.op!r}: give the pair of one op")
+
+
+def _folder_batch(s, st, folder: Path, sources, run, specs, gens, config, retry_errors, force, as_json,
+                  ops_per_device) -> list[dict]:
+    """Every .pt of a copied reference folder, read in place; the task files come from the corpus."""
+    found = refolder.ops(folder, sources)
+    if not found:
+        raise FarmError(f"no reference data (<source>/<op>.pt) in {folder} (--ref-dir)"
+                        + (f" for source(s) {', '.join(sources)}" if sources else ""))
+    refs, paths, problems = _folder_tasks(s, found)
+    with progress_bar(not as_json) as progress:
+        bar = progress.add_task("batch", total=len(refs))
+        rows = search_by_headroom(refs, st, run, specs[0].target.name, specs, gens, config, specs[0].target.interpret,
+                                  retry_errors=retry_errors, force=force, ops_per_device=ops_per_device,
+                                  on_op=op_progress(progress, bar, len(refs), as_json),
+                                  load=lambda ref: refolder.load(paths[ref.key], st),
+                                  current_sha=lambda ref: refolder.sha256_of(paths[ref.key]))
+    return problems + rows
+
+
+def _folder_tasks(s, found: list) -> tuple[list, dict[str, Path], list[dict]]:
+    """The task of each folder op (by source and op name), and a failed row for each op that
+    has none or that the folder lacks."""
+    known = corpus.discover_sources(s)
+    tasks = {r.key: r for src in sorted({f.source for f in found} & set(known)) for r in corpus.find_tasks(s, [src])}
+    refs, paths, problems = [], {}, []
+    for item in found:
+        problem = item.problem
+        if not problem and item.source not in known:
+            problem = (f"no task files for source {item.source!r}: the farm knows no source of that name (configure "
+                       f"corpus.akg_root or corpus.sources, docs/corpus.md)")
+        elif not problem and item.key not in tasks:
+            problem = f"no task file {known[item.source] / (item.op + '.py')} for {item.pt}"
+        if problem:
+            problems.append({"source": item.source, "op": item.op, "status": "failed", "stop_reason": "folder",
+                             "error": problem, "submitted": 0, "passed": 0})
+        else:
+            refs.append(tasks[item.key])
+            paths[item.key] = item.pt
+    return refs, paths, problems
 
 
 def _one(ref, data, st, run, specs, gens, config, force, as_json) -> dict:
@@ -211,26 +296,33 @@ def op_progress(progress, bar, total: int, as_json: bool):
 
 
 def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: str = "farm",
-            redo: str = "--force") -> None:
+            redo: str = "--force", folder: Path | None = None) -> None:
     totals, url = summarize(rows, profile), st.url
     written = report_cmd.try_write(st, run) if page else {}
     if as_json:
         print_json({"run": run, "store": st.url, "summary": totals, "ops": rows, "report": written.get("page")})
     else:
         out.print(leaderboard(rows, f"run {run} ({st.url})"))
-        out.print(" ".join(f"{k}: {v}" for k, v in totals.items()))
+        out.print(" ".join(f"{k}: {v}" for k, v in totals.items() if v or k != "no_unseen_inputs"))
         report_cmd.print_line(written)
     if totals["skipped"]:
         say(f"{totals['skipped']} op(s) skipped: already finished in run {run} ({url}/{ledger.key(run)}); "
             f"{redo} searches them again, a higher --max-tasks continues them, --run NAME starts a new run",
             style="yellow")
     # an op skipped because its search ended in error before is still in error
+    unchecked = [f"{r['source']}/{r['op']}" for r in rows if r.get("unseen_inputs") is False
+                 and r["status"] in ("succeeded", "skipped")]
+    if unchecked:
+        say(f"{len(unchecked)} op(s) verified on the .pt alone, NO unseen inputs checked (their reference data records "
+            f"no secret seed sets: made by the existing tools' generator; `farm reference --output-dir` records them): "
+            f"{', '.join(unchecked)}", style="bold yellow")
     failed = [r for r in rows if r["status"] == "failed" or (r["status"] == "skipped" and r.get("previous") == "error")]
     if failed:
         where = ["the error column above" if not as_json else "each op's \"error\" in the JSON"]
-        if any(r.get("stop_reason", "").startswith("reference") for r in failed):
+        stops = {r.get("stop_reason") or "" for r in failed}
+        if any(stop.startswith("reference") for stop in stops - {"folder"}) and folder is None:
             where.append(f"reference errors in full in {url}/refs/manifest.json (farm cache ls)")
-        if any(not r.get("stop_reason", "").startswith("reference") for r in failed):
+        if any(not stop.startswith(("reference", "folder")) for stop in stops):
             where.append(f"search errors in {url}/{ledger.key(run)}")
         say(f"{len(failed)} of {totals['total']} op(s) ended in error: see {'; '.join(where)}", style="red")
         raise typer.Exit(EXIT_FAILED)
@@ -241,10 +333,17 @@ def leaderboard(rows: list[dict], title: str):
                      key=lambda r: (r["status"] != "succeeded", -(r.get("speedup_vs_model") or 0)))
     return table(title, ["source", "op", "result", "pass", "best ms", "mode", "vs Model", "vs Reference",
                          "of limit", "promoted", "tried", "stop / error"],
-                 [[r["source"], r["op"], r["status"], f"{r.get('passed', 0)}", fmt_num(r.get("best_time_ms"), ".4f"),
+                 [[r["source"], r["op"], _result(r), f"{r.get('passed', 0)}", fmt_num(r.get("best_time_ms"), ".4f"),
                    r.get("timing_mode") or "-", _vs_model(r), fmt_num(r.get("speedup_vs_reference"), ".2f"),
                    fmt_num(r.get("fraction_of_limit"), ".2f"), "yes" if r.get("promoted") else "no",
                    r.get("submitted", 0), _stop_text(r)] for r in ordered])
+
+
+def _result(row: dict) -> str:
+    """The status, and where a pass rests on the .pt alone, that it does (farm.evaluate.verified)."""
+    if row.get("unseen_inputs") is False and row["status"] in ("succeeded", "skipped"):
+        return f"{row['status']} (.pt only: NO unseen inputs)"
+    return row["status"]
 
 
 def _stop_text(row: dict) -> str:
@@ -276,15 +375,24 @@ def _vs_model(row: dict) -> str:
     return f"{ratio:.2f}"
 
 
+def run_sources(source: list[str] | None, ops: list[str] | None) -> list[str]:
+    """`farm run`'s sources: those given, else those its --ops name as source/op, else demo."""
+    if source:
+        return list(dict.fromkeys(source))
+    named = [o.split("/", 1)[0] for o in ops or [] if "/" in o]
+    return list(dict.fromkeys(named)) or ["demo"]
+
+
 @handle_errors
 def run_local(
     ctx: typer.Context,
-    source: Annotated[str, typer.Option("--source", "-s", help="Source to run end to end.")] = "demo",
+    source: Annotated[Optional[list[str]], typer.Option(
+        "--source", "-s", help="Source to run end to end (repeatable) [the sources --ops names as source/op, else demo].")] = None,
     ops: OpsOpt = None,
     target: TargetOpt = "auto",
     max_tasks: MaxTasksOpt = 12,
     generators: GeneratorsOpt = DEFAULT_CHAIN,
-    run: Annotated[Optional[str], typer.Option(help="Run name [local-<source>-<target>].")] = None,
+    run: Annotated[Optional[str], typer.Option(help="Run name [local-<source>[-<source>...]-<target>].")] = None,
     store: StoreOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Search again even where this run already finished.")] = False,
     page: bool = report_cmd.ReportOption,
@@ -298,8 +406,9 @@ def run_local(
     st = open_store(s.store, s)
     spec = usable_device(target, default_target="cuda", option="--target", notify=stand_in_notice)
     shapes = "small" if spec.target.interpret else "bench"
-    refs = corpus.find_tasks(s, [source], ops)
-    name = run or f"local-{source}-{spec.target.name}"
+    sources = run_sources(source, ops)
+    refs = corpus.find_tasks(s, sources, ops)
+    name = run or f"local-{'-'.join(sources)}-{spec.target.name}"
     validate_name(name, "run", "--run")
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"reference data on {spec.label}", total=len(refs))

@@ -46,7 +46,7 @@ from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
-from farm.evaluate import pids, profiles, static_checks, timed_checks, timing
+from farm.evaluate import pids, profiles, static_checks, timed_checks, timing, verified
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.pool import RunnerPool
@@ -124,10 +124,10 @@ class Evaluator(TrustedSide, Comparison):
         self.task = modes.as_recorded(modes.load_resolved(task_ref, self.shapes, ref_data.get("reference_class"),
                                                           ref_data.get("mode")), ref_data)
         self.seed_sets = ref_data.get("_seed_sets")
-        if self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets:
-            raise FarmError(f"{task_ref.path}: the task is in reference-data mode (no usable Reference) and its reference "
-                            "data comes without secret seed sets, so a pass could not be checked on unseen inputs: "
-                            "make the reference data with `farm reference` (it records them) and pass its --store")
+        # reference-data mode with a .pt that records no secret seed sets (made by the existing
+        # tools' generator): nothing on the target knows the answer on other inputs, so a pass
+        # rests on the .pt alone, and every verdict says so (farm.evaluate.verified)
+        self.pt_only = self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets
         # the profile's tolerances, over them the task's own TOLERANCE, no finer than the inputs
         self.tolerance = compare.through_inputs({**self.profile.tolerance, **self.task.tolerance},
                                                 ref_data.get("input_dtypes"), self.task.tolerance)
@@ -338,12 +338,14 @@ class Evaluator(TrustedSide, Comparison):
             result.seeds_checked += 1
             self._check_deadline(f"fresh seed {i + 1}")
         if fresh:
-            self._ghost(reply["outputs"], len(fresh) - 1)
+            self._ghost(reply["outputs"], fresh[-1].key, fresh[-1].inputs)
+        else:  # the .pt alone (no unseen inputs): the decoy check still runs on it
+            self._ghost(first["outputs"], "pt", self.inputs)
 
-    def _ghost(self, real: list, index: int) -> None:
+    def _ghost(self, real: list, key: str, inputs: list) -> None:
         """Replay with every Triton launch turned into a no-op: if the outputs do not change,
         the kernels did not compute them (a decoy kernel next to a PyTorch forward)."""
-        ghost = self._call("run", self.settings.limits.run_s, f"seed{index}", self.fresh_cases()[index][0],
+        ghost = self._call("run", self.settings.limits.run_s, key, inputs,
                            inplace_args=self.task.inplace_args, ghost=True)
         if ghost.get("outputs") is not None and identical(ghost["outputs"], real):
             raise _Stop("cheat", "the outputs are the same with every Triton launch skipped: "
@@ -365,8 +367,7 @@ class Evaluator(TrustedSide, Comparison):
         """Time on the secret fresh-seed inputs in rotation, then check that the timed calls
         launched kernels and computed the verified answers: no cache, replay or lazy shortcut
         survives being timed."""
-        cases = self.fresh_cases()
-        keys = [f"seed{i}" for i in range(len(cases))]
+        keys, cases = self._time_cases()
         probes = self.probe_cases()
         probe_keys = self._probe_keys()
         self._put_probes()  # a no-op after the probes stage: they are kept until this call

@@ -11,7 +11,7 @@ from typing import Any
 from farm.corpus.inputs import draw_inputs
 from farm.errors import FarmError
 from farm.evaluate import lease as device_lease
-from farm.evaluate import profiles
+from farm.evaluate import profiles, verified
 from farm.evaluate.result import REASON_CHARS
 from farm.evaluate.result import nbytes as _nbytes
 from farm.evaluate.sandbox import Sandbox, SandboxDied
@@ -76,7 +76,7 @@ class TrustedSide:
         return self.task.reference_cls is None and bool(self.seed_sets)
 
     def _probe_count(self) -> int:
-        return len(self.seed_sets) // 2 if self.uses_seed_sets else PROBES
+        return len(self.seed_sets) // 2 if self.uses_seed_sets else 0 if self.pt_only else PROBES
 
     def fresh_cases(self) -> list[tuple[list, list]]:
         """Inputs from secret seeds and the truth for them: Reference's outputs computed on the
@@ -90,6 +90,8 @@ class TrustedSide:
         return cases[len(cases) - self._probe_count():]
 
     def verification(self) -> dict:
+        if self.pt_only:
+            return verified.pt_only(self.data.get("device_name"))
         if self.uses_seed_sets:
             return {"by": "seed_sets", "sets": len(self.seed_sets),
                     "truth": f"original Model recorded on {self.data.get('device_name') or 'the reference platform'}"}
@@ -98,6 +100,8 @@ class TrustedSide:
                 **({"fitted": self.data["fitted"]} if self.data.get("fitted") else {})}
 
     def _all_cases(self) -> list[tuple[list, list]]:
+        if self.pt_only:
+            return []
         if self._cases is None and self.uses_seed_sets:
             self._cases = [(list(i), list(o)) for i, o in self.seed_sets]
             self._seeds = [None] * len(self._cases)

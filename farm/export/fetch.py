@@ -23,6 +23,7 @@ from farm.config import Settings
 from farm.corpus import tasks as corpus
 from farm.distributed.runs import is_local, load_run
 from farm.errors import FarmError
+from farm.evaluate import verified
 from farm.reference.manifest import now
 from farm.search.results import kernel_prefix
 from farm.storage import Store
@@ -146,11 +147,11 @@ def readme(index: dict[str, Any]) -> str:
               "Before it was kept, every kernel passed, in an isolated process on the target device:",
               "its outputs against the stored reference data (the .pt made by the original Model on the source",
               "device), a second run with bitwise-identical output, inputs left unchanged, Triton launches",
-              "observed at run time, and fresh random inputs checked against the task's PyTorch Reference on the",
-              "target. Tolerances: farm/runtime/compare.py. Times are medians of device-event timings behind a cache",
-              "flush; speedups compare with the original Model and the PyTorch Reference timed the same way.", ""]
+              "observed at run time, and, as listed below, inputs it had never seen. Tolerances:",
+              "farm/runtime/compare.py. Times are medians of device-event timings behind a cache flush; speedups",
+              "compare with the original Model and the PyTorch Reference timed the same way.", ""]
     for k in kernels:
         v = k.get("verified") or {}
         lines.append(f"- `{k['module']}`: reference data sha256 {str(v.get('ref_sha256') or '?')[:16]}... "
-                     f"made on {v.get('ref_device') or '?'}, {v.get('fresh_seeds', '?')} fresh seeds.")
+                     f"made on {v.get('ref_device') or '?'}; unseen inputs: {verified.describe(v)}.")
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from farm.evaluate import verified
 from farm.export.fetch import module_name
 
 RUNTIME_FILE = Path(__file__).with_name("package_runtime.py")
@@ -400,8 +401,8 @@ def op_doc(pkg: str, source: str, op: str, fn: str, cls: str, doc: dict) -> str:
         ver = k.get("verified") or {}
         lines += [f"- **{target}** on {k.get('device_name') or '?'}: outputs against the stored seed set "
                   f"(sha256 {str(k['ref_sha256'])[:16]}..., made by the original Model on {ver.get('ref_device') or '?'})"
-                  f", {ver.get('fresh_seeds', '?')} fresh seeds against the {doc['truth'] or 'stored seed sets'} on the "
-                  "device, a bitwise-identical second run, inputs left unchanged, Triton launches observed."]
+                  f"; unseen inputs: {verified.describe(ver)}; a bitwise-identical second run, inputs left unchanged, "
+                  "Triton launches observed."]
         if not k["ref_matches"]:
             lines.append(f"  The store's seed set has changed since (verified on {str(ver.get('ref_sha256'))[:16]}...); "
                          "the tests use the current one.")

@@ -250,15 +250,15 @@ def load_pt(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store,
-               secret_store: Store | None = None, cases: int = 0, ship_max_mb: float = -1) -> bool:
+def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store, cases: int = 0,
+               ship_max_mb: float = -1) -> bool:
     if not entry or not entry.get("success"):
         return False
     if entry.get("compact") and (ship_max_mb < 0 or ship_max_mb > entry.get("ship_max_mb", ship_max_mb)):
         return False  # made compact under a lower reference.ship_max_mb: made again in full
     if (entry.get("task_sha256"), entry.get("seed"), entry.get("shapes")) != (task_sha, seed, shapes):
         return False
-    if entry.get("seed_sets_key") and (secret_store or store).head(entry["seed_sets_key"]) is None:
+    if entry.get("seed_sets_key") and store.head(entry["seed_sets_key"]) is None:
         return False  # the .pt alone cannot verify a reference-data task
     if entry.get("cases_key") and store.head(entry["cases_key"]) is None:
         return False  # its cases went missing: made again with it
@@ -282,8 +282,7 @@ def _entry(ref: TaskRef, key: str, spec: DeviceSpec, seed: int, shapes: str, tas
 
 
 def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes: str, timeout_s: float,
-                 staging: Path, seed_sets: int = 4, secret_store: Store | None = None, cases: int = 0,
-                 ship_max_mb: float = -1) -> dict[str, Any]:
+                 staging: Path, seed_sets: int = 4, cases: int = 0, ship_max_mb: float = -1) -> dict[str, Any]:
     """One op in its own child; the .pt goes to the store only if the child succeeded. The
     task's truth is decided here first (farm.corpus.modes: its trial runs in a child of its
     own), and the child records secret seed sets if it is in reference-data mode."""
@@ -307,8 +306,9 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
             return entry
         pointer = outcome.value.get("seed_sets")
         if pointer:  # secrets first: a .pt is never published without the sets it points at
-            info = (secret_store or store).put_file(pointer["key"], sets_tmp, sha256=pointer["sha256"])
-            entry.update(seed_sets=pointer["count"], seed_sets_key=pointer["key"], seed_sets_bytes=info.size)
+            info = store.put_file(pointer["key"], sets_tmp, sha256=pointer["sha256"])
+            entry.update(seed_sets=pointer["count"], seed_sets_key=pointer["key"], seed_sets_bytes=info.size,
+                         seed_sets_sha256=info.sha256)
         pointer = outcome.value.get("cases")
         if pointer:  # beside the .pt, wherever it goes (a plain folder included)
             store.put_file(pointer["key"], cases_tmp, sha256=pointer["sha256"])
@@ -343,13 +343,12 @@ def generate_references(
     force: bool = False,
     on_done: Callable[[dict], None] | None = None,
     seed_sets: int = 4,
-    secret_store: Store | None = None,
     jobs: int = 1,
     cases: int = 0,
     ship_max_mb: float = -1,
 ) -> list[dict[str, Any]]:
     """Every op is tried; failures are recorded with their stage and the batch goes on.
-    `secret_store` holds the secret seed sets where `store` is a plain folder (--output-dir).
+    The secret seed sets go where the .pt goes: a store's secrets/, a folder's .secrets/.
     `jobs` ops run at once, each in its own child on the same device: a reference run is
     mostly interpreter start, imports and input drawing on the host, not device time, and
     nothing in it is timed against another op (reference_time_s is informative only)."""
@@ -358,11 +357,9 @@ def generate_references(
 
     def one(ref: TaskRef, staging: Path) -> dict[str, Any]:
         previous = known.get(f"{ref.source}/{ref.op}")
-        if not force and is_current(previous, ref.sha256(), seed, shapes, store, secret_store, cases,
-                                        ship_max_mb):
+        if not force and is_current(previous, ref.sha256(), seed, shapes, store, cases, ship_max_mb):
             return {**previous, "skipped": True}
-        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, secret_store, cases,
-                              ship_max_mb)
+        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, cases, ship_max_mb)
         with record_lock:
             manifest.record(store, [result])
         log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])

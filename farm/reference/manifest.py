@@ -54,7 +54,7 @@ def entries(store: Store) -> dict[str, dict[str, Any]]:
     found = doc.get("entries", {})
     if not isinstance(found, dict) or not all(isinstance(e, dict) and "source" in e and "op_name" in e
                                               for e in found.values()):
-        raise IntegrityError(f"{store.url}/{MANIFEST_KEY} is corrupt: 'entries' is not a mapping of "
+        raise IntegrityError(f"{store.describe(MANIFEST_KEY)} is corrupt: 'entries' is not a mapping of "
                              f"source/op to entries; rebuild it with `{repair_command(store)}`")
     return found
 

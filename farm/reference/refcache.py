@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from farm.corpus.tasks import natural_sorted
 from farm.errors import FarmError, IntegrityError, StorageError
-from farm.reference import manifest
+from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.reference.ptfile import load_pt_file
 from farm.storage import Store
@@ -97,25 +97,29 @@ def _verify_cases(store: Store, entry: dict, row: dict) -> None:
 
 
 def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
-              on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
-    """Copy every good .pt from src to dst; objects already there with the same sha256 are skipped.
+              on_done: Callable[[dict], None] | None = None, force: bool = False) -> list[dict[str, Any]]:
+    """Copy every good .pt from src to dst, with the secret seed sets it points at; objects
+    already there with the same sha256 are skipped.
 
     Each object is checked before it is written (sha256, then loaded as reference data:
-    weights_only, every key present), so a truncated or foreign file is refused and never
-    replaces what dst holds."""
+    weights_only, every key present; its seed sets against the sha256 it records), so a
+    truncated or foreign file, or a .pt whose seed sets are missing or of another version, is
+    refused and never replaces what dst holds. Seed sets go first: dst never holds a .pt
+    without the sets it points at. A .pt that dst's manifest says was made later than src's is
+    kept (a stale folder pushed over a store), unless `force`."""
     rows, copied = [], []
+    there = manifest.entries(dst)
     with tempfile.TemporaryDirectory(prefix="farm-copy-") as tmp:
         for name, entry in known_entries(src, sources).items():
             if not entry.get("success"):
                 continue
             row = {"name": name, "source": entry["source"], "op": entry["op_name"]}
             try:
-                found, metadata = _copy_one(src, dst, entry, Path(tmp))
+                found, metadata = _copy_one(src, dst, entry, there.get(name, {}), Path(tmp), force)
                 row.update(found)
                 if found["status"] == "copied":
                     copied.append(_clean({**entry, **metadata, "key": manifest.ref_key(entry["source"], entry["op_name"]),
                                           "sha256": row["sha256"], "size_bytes": row["size_bytes"]}))
-                row["seed_sets"] = _copy_seed_sets(src, dst, entry, Path(tmp))
                 row["cases"] = _copy_cases(src, dst, {**entry, **metadata}, Path(tmp))
             except IntegrityError as exc:
                 row.update(status="corrupt", error=str(exc))
@@ -129,23 +133,33 @@ def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
     return rows
 
 
-def _copy_seed_sets(src: Store, dst: Store, entry: dict, tmp: Path) -> str:
-    """A reference-data-mode op's secret seed sets go with its .pt between stores; a plain
-    folder (the existing tools' layout) neither holds nor receives them."""
-    key = entry.get("seed_sets_key")
+def seed_set_fields(entry: dict) -> dict[str, Any]:
+    return {k: entry[k] for k in ("seed_sets_key", "seed_sets_sha256") if entry.get(k)}
+
+
+def _copy_seed_sets(src: Store, dst: Store, fields: dict, tmp: Path) -> str:
+    """A reference-data-mode op's secret seed sets go with its .pt, between stores and folders
+    alike (a folder keeps them in its hidden .secrets/)."""
+    key, sha = fields.get("seed_sets_key"), fields.get("seed_sets_sha256")
     if not key:
         return "-"
-    try:
-        if src.head(key) is None:
-            return "not in source"
-    except StorageError:
-        return "not in source (a plain folder holds none)"
-    try:
-        dst.head(key)
-    except StorageError:
-        return "left in source (destination is a plain folder)"
+    there = dst.head(key)
+    if there is not None and sha and (there.sha256 or dst.verify(key)) == sha:
+        return "up to date"
+    if src.head(key) is None:
+        if there is not None and not sha:
+            return "up to date"
+        raise IntegrityError(f"{src.describe(key)}: the secret seed sets its .pt points at are missing, so the .pt "
+                             "is not copied without them: copy the reference folder whole (its hidden .secrets/ "
+                             "too) or regenerate the op with `farm reference --force`")
+    if there is not None and not sha:
+        return "up to date"
     local = tmp / "seed_sets.pt"
     info = src.get_file(key, local)
+    if sha and info.sha256 != sha:
+        raise IntegrityError(f"{src.describe(key)} does not match the sha256 its .pt records ({info.sha256[:12]}... "
+                             f"!= {sha[:12]}...): another version or a damaged copy; the op is not copied: copy the "
+                             "reference folder again whole, or regenerate the op with `farm reference --force`")
     dst.put_file(key, local, sha256=info.sha256)
     local.unlink(missing_ok=True)
     return "copied"
@@ -173,26 +187,39 @@ def _copy_cases(src: Store, dst: Store, entry: dict, tmp: Path) -> str:
     return "copied"
 
 
+def _newer(dst_entry: dict, entry: dict) -> bool:
+    """dst's .pt was made after src's (both manifests say when; the same clock format, UTC)."""
+    made, theirs = entry.get("created_at"), dst_entry.get("created_at")
+    return bool(dst_entry.get("success") and made and theirs and str(theirs) > str(made))
+
+
 def _clean(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if k != "unlisted"}
 
 
-def _copy_one(src: Store, dst: Store, entry: dict, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _copy_one(src: Store, dst: Store, entry: dict, dst_entry: dict, tmp: Path,
+              force: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     key = manifest.ref_key(entry["source"], entry["op_name"])
     there = dst.head(key)
-    if there is not None and entry.get("sha256") and there.sha256 == entry["sha256"]:
-        return {"status": "up to date", "sha256": there.sha256, "size_bytes": there.size}, {}
+    if there is not None and entry.get("sha256") and (there.sha256 or dst.verify(key)) == entry["sha256"]:
+        fields = seed_set_fields(entry) or seed_set_fields(dst_entry)
+        return {"status": "up to date", "sha256": entry["sha256"], "size_bytes": there.size,
+                "seed_sets": _copy_seed_sets(src, dst, fields, tmp)}, {}
+    if there is not None and not force and _newer(dst_entry, entry):
+        raise FarmError(f"{dst.describe(key)} was made {dst_entry['created_at']}, later than {src.describe(entry['key'])} "
+                        f"({entry['created_at']}): the newer one is kept; --force replaces it")
     local = tmp / f"{entry['source']}__{entry['op_name']}.pt"
     info = src.get_file(entry["key"], local)  # verified against the source's own record
     if entry.get("sha256") and info.sha256 != entry["sha256"]:
-        raise IntegrityError(f"{src.url}/{entry['key']}: sha256 does not match the manifest")
+        raise IntegrityError(f"{src.describe(entry['key'])}: sha256 does not match the manifest")
     try:
         metadata = pt_metadata(load_pt(local))
     except FarmError as exc:
-        raise FarmError(f"{src.url}/{entry['key']}: {str(exc).split(': ', 1)[-1]}") from None
+        raise FarmError(f"{src.describe(entry['key'])}: {str(exc).split(': ', 1)[-1]}") from None
+    seed_sets = _copy_seed_sets(src, dst, metadata, tmp)
     stored = dst.put_file(key, local, sha256=info.sha256)
     local.unlink(missing_ok=True)
-    return {"status": "copied", "sha256": stored.sha256, "size_bytes": stored.size}, metadata
+    return {"status": "copied", "sha256": stored.sha256, "size_bytes": stored.size, "seed_sets": seed_sets}, metadata
 
 
 # What a .pt says about itself (the extras generate_reference writes), for its manifest entry.
@@ -200,11 +227,16 @@ PT_METADATA = ("seed", "shapes", "task_sha256", "device", "device_name", "refere
 
 
 def pt_metadata(data: dict) -> dict[str, Any]:
-    meta = {k: data[k] for k in PT_METADATA if k in data}
+    """The manifest fields a .pt gives, its seed sets' and cases' keys and sha256s included
+    (checked: the .pt is untrusted)."""
+    found = {k: data[k] for k in PT_METADATA if k in data}
+    pointer = seedsets.pointer_of(data, f"{data.get('source')}/{data.get('op_name')}")
+    if pointer is not None:
+        found.update(seed_sets_key=pointer["key"], seed_sets_sha256=pointer["sha256"], seed_sets=pointer.get("count"))
     pointer = data.get("cases")
     if isinstance(pointer, dict) and pointer.get("key"):
-        meta.update(cases=pointer.get("count"), cases_key=pointer["key"], cases_sha256=pointer.get("sha256"))
-    return meta
+        found.update(cases=pointer.get("count"), cases_key=pointer["key"], cases_sha256=pointer.get("sha256"))
+    return found
 
 
 def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
@@ -231,8 +263,10 @@ def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[
             try:
                 got = store.get_file(info.key, Path(tmp) / "ref.pt")
                 metadata = pt_metadata(load_pt(Path(tmp) / "ref.pt"))
+                _check_seed_sets(store, metadata)
             except FarmError as exc:
-                fix = f"farm reference --source {source} --ops {op} --force"
+                folder = f" --output-dir {store.root}" if getattr(store, "strip_prefix", "") else ""
+                fix = f"farm reference --source {source} --ops {op}{folder} --force"
                 row.update(status="corrupt", error=f"{exc}; regenerate it with `{fix}`")
                 entry.update(success=False, stage="stored", error=row["error"])
             else:
@@ -247,3 +281,16 @@ def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[
                 on_done(row)
     manifest.replace(store, new)
     return rows
+
+
+def _check_seed_sets(store: Store, metadata: dict) -> None:
+    """A .pt is good only with the seed sets it points at, of the sha256 it records."""
+    key = metadata.get("seed_sets_key")
+    if not key:
+        return
+    if store.head(key) is None:
+        raise IntegrityError(f"the secret seed sets it points at, {store.describe(key)}, are missing")
+    sha = store.verify(key)
+    if sha != metadata["seed_sets_sha256"]:
+        raise IntegrityError(f"{store.describe(key)} does not match the sha256 it records ({sha[:12]}... != "
+                             f"{metadata['seed_sets_sha256'][:12]}...)")

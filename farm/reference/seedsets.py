@@ -9,20 +9,22 @@ apart from the .pt (which keeps exactly the existing keys, plus a pointer to the
     secrets/<source>/<op>.pt   {"op_name", "source", "pt_seed", "task_sha256", "sets": [
                                  {"seed", "inputs", "outputs"}, ...]}
 
-in the farm's store, never in an --output-dir folder (that folder is the existing tools'
-layout and may be handed around). The evaluator holds them in its own process and only ever
-sends a candidate the inputs, as it does with fresh Reference seeds: verification and timing
-rotate through them, and a candidate that memorised the public outputs fails on them.
+in a store, or at <dir>/.secrets/<source>/<op>.pt in an --output-dir folder: a hidden folder
+the existing tools' loaders never read, which a copy of the folder (scp -r) takes along
+(farm.reference.folder). The evaluator holds them in its own process and only ever sends a
+candidate the inputs, as it does with fresh Reference seeds: verification and timing rotate
+through them, and a candidate that memorised the public outputs fails on them.
 """
 
 from __future__ import annotations
 
 import secrets as _secrets
+from pathlib import Path
 from typing import Any
 
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
-from farm.reference.ptfile import load_companion
+from farm.reference.ptfile import load_companion, load_pt_file
 from farm.storage import Store
 
 SECRET_PREFIX = "secrets"
@@ -43,21 +45,46 @@ def draw_seeds(n: int, public_seed: int) -> list[int]:
     return seeds
 
 
-def load_sets(store: Store, data: dict[str, Any]) -> list[tuple[list, list]] | None:
-    """The (inputs, outputs) seed sets the .pt points at, checked against its recorded sha256;
-    None when the .pt records none (Reference mode, or data made by other tools)."""
+def pointer_of(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """The .pt's pointer to its seed sets, checked: the .pt is untrusted, so the key must be the
+    one its own source and op give (never a path of its choosing)."""
     pointer = data.get(POINTER)
     if not pointer:
         return None
+    try:
+        expected = secret_key(str(data.get("source")), str(data.get("op_name")))
+    except FarmError:
+        expected = None
+    if not isinstance(pointer, dict) or pointer.get("key") != expected or not isinstance(pointer.get("sha256"), str):
+        raise FarmError(f"{where}: its pointer to secret seed sets ({POINTER!r}) is malformed: regenerate the reference "
+                        "data with `farm reference`")
+    return pointer
+
+
+def read_sets(path: Path, where: str) -> list[tuple[list, list]]:
+    """The (inputs, outputs) pairs of a seed-set file (weights_only)."""
+    return _pairs(load_pt_file(path), where)
+
+
+def _pairs(doc: Any, where: str) -> list[tuple[list, list]]:
+    sets = doc.get("sets") if isinstance(doc, dict) else None
+    if not sets or not all(isinstance(s, dict) and "inputs" in s and "outputs" in s for s in sets):
+        raise FarmError(f"{where}: holds no seed sets")
+    return [(list(s["inputs"]), list(s["outputs"])) for s in sets]
+
+
+def load_sets(store: Store, data: dict[str, Any]) -> list[tuple[list, list]] | None:
+    """The (inputs, outputs) seed sets the .pt points at, checked against its recorded sha256;
+    None when the .pt records none (Reference mode, or data made by other tools)."""
+    name = f"{data.get('source')}/{data.get('op_name')}"
+    pointer = pointer_of(data, f"the reference data of {name}")
+    if pointer is None:
+        return None
     key = pointer["key"]
     if store.head(key) is None:
-        raise FarmError(f"the reference data of {data.get('source')}/{data.get('op_name')} points at secret seed "
+        raise FarmError(f"the reference data of {name} points at secret seed "
                         f"sets {key}, which {store.url} lacks: run `farm reference` with this store (--store)")
-    doc = load_companion(store, key, pointer.get("sha256"))
-    sets = doc.get("sets") if isinstance(doc, dict) else None
-    if not sets:
-        raise FarmError(f"{store.url}/{key}: holds no seed sets")
-    return [(list(s["inputs"]), list(s["outputs"])) for s in sets]
+    return _pairs(load_companion(store, key, pointer["sha256"]), store.describe(key))
 
 
 def attach(store: Store, data: dict[str, Any]) -> dict[str, Any]:

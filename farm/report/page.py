@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from farm.evaluate import limits
+from farm.evaluate import limits, verified
 from farm.report import collect
 from farm.report.collect import OpView, RunView
 from farm.report.figures import BASIS_LABELS, VERDICT_COLORS
@@ -171,8 +171,10 @@ def verified_text(op: OpView) -> str:
     if not v:
         return na(NOT_RECORDED)
     sha = (v.get("ref_sha256") or "")[:12] or "?"
-    return esc(f"reference data {sha}… from {v.get('ref_device') or '?'}; bitwise second run, unchanged inputs, "
-               f"{v.get('fresh_seeds', '?')} fresh seed(s) against Reference on the target")
+    text = esc(f"reference data {sha}… from {v.get('ref_device') or '?'}; bitwise second run, unchanged inputs; "
+               f"unseen inputs: {verified.describe(v)}")
+    return text if verified.unseen_checked(v) else f"<strong>{text}</strong>"
+
 
 
 def ops_table(run: RunView, links: dict[str, dict[str, str]]) -> str:

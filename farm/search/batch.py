@@ -21,7 +21,7 @@ from farm.errors import FarmError, IntegrityError
 from farm.generators import Generator
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
-from farm.search import catalog, ledger
+from farm.search import catalog, ledger, results
 from farm.search.controller import OpOutcome, SearchConfig, search_op
 from farm.storage import Store
 from farm.targets import DeviceSpec
@@ -68,21 +68,31 @@ def search_batch(
     on_event: Callable[[str, dict], None] | None = None,
     ops_per_device: int = 1,
     budgets: dict[str, int] | None = None,
+    load: Callable[[corpus.TaskRef], dict[str, Any]] | None = None,
+    current_sha: Callable[[corpus.TaskRef], str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every op: skipped per the ledger, or searched and recorded. Returns one row per op, in
     the order of `refs`. `budgets` ("source/op" -> candidates) overrides config.max_tasks per op
-    (farm.search.budget spends a batch's candidates where the headroom is)."""
+    (farm.search.budget spends a batch's candidates where the headroom is). `load(ref)` gives an
+    op's reference data (default: the store's; a copied folder's for `farm search --ref-dir`);
+    `current_sha(ref)` its sha256, so that an op finished on other reference data is not skipped."""
     budgets = budgets or {}
     config_of = {ref.key: replace(config, max_tasks=budgets[ref.key]) if ref.key in budgets else config
                  for ref in refs}
     on_op = on_op or (lambda phase, row: None)
+    load = load or (lambda ref: load_reference(store, ref.source, ref.op))
     catalog.record(store, run, "local", [r.source for r in refs], target, planned=len(refs))
     done = ledger.read(store, run)
     rows: dict[str, dict] = {}
     todo = []
     for ref in refs:
         name = ref.key
-        if ledger.should_skip(done.get(name), retry_errors, force, config_of[name].max_tasks):
+        changed = _reference_changed(done.get(name), ref, current_sha, run) if current_sha and not force else ""
+        if changed:  # neither skipped as done nor continued: the ledger keeps what it had
+            rows[name] = {"source": ref.source, "op": ref.op, "status": "failed", "stop_reason": "reference changed",
+                          "error": changed, "submitted": 0, "passed": 0}
+            on_op("done", rows[name])
+        elif ledger.should_skip(done.get(name), retry_errors, force, config_of[name].max_tasks):
             row = {"source": ref.source, "op": ref.op, "status": "skipped",
                    "previous": done[name]["status"], **done[name].get("result", {})}
             row["status"] = "skipped"
@@ -96,7 +106,8 @@ def search_batch(
     def one(ref: corpus.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
-        row = _search_one(ref, store, run, target, devices, generators, config_of[ref.key], force, on_event, cancel)
+        row = _search_one(ref, load, store, run, target, devices, generators, config_of[ref.key], force, on_event,
+                          cancel)
         with lock:
             ledger.record(store, run, ref.key, "error" if row["status"] == "failed" else "done", row)
             rows[ref.key] = row
@@ -109,6 +120,14 @@ def search_batch(
     else:
         _run_parallel(one, todo, parallel, cancel)
     return [rows[ref.key] for ref in refs]
+
+
+def _reference_changed(entry: dict | None, ref: corpus.TaskRef, current_sha: Callable[[corpus.TaskRef], str | None],
+                       run: str) -> str:
+    """Why an op that this run finished on other reference data is not taken up again ("" if it was not)."""
+    was = ((entry or {}).get("result") or {}).get("ref_sha256")
+    now = current_sha(ref) if was else None
+    return results.changed_reference(run, ref.key, was, now) if was and now and was != now else ""
 
 
 def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskRef], parallel: int,
@@ -127,11 +146,11 @@ def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskR
     pool.shutdown()
 
 
-def _search_one(ref: corpus.TaskRef, store: Store, run: str, target: str, devices: list[DeviceSpec],
-                generators: list[Generator], config: SearchConfig, force: bool,
+def _search_one(ref: corpus.TaskRef, load: Callable[[corpus.TaskRef], dict[str, Any]], store: Store, run: str,
+                target: str, devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig, force: bool,
                 on_event: Callable[[str, dict], None] | None, cancel: threading.Event) -> dict[str, Any]:
     try:
-        data = load_reference(store, ref.source, ref.op)
+        data = load(ref)
         outcome = search_op(ref, data, store, run, target, devices, generators, config, force=force,
                             on_event=on_event, cancel=cancel)
     except FarmError as exc:
@@ -150,7 +169,10 @@ def summarize(rows: list[dict], profile: str = "farm") -> dict[str, Any]:
 
     count = lambda s: sum(1 for r in rows if r["status"] == s)  # noqa: E731
     out: dict[str, Any] = {"total": len(rows), "succeeded": count("succeeded"), "zero_pass": count("zero_pass"),
-                           "failed": count("failed"), "skipped": count("skipped")}
+                           "failed": count("failed"), "skipped": count("skipped"),
+                           # passes that rest on the .pt alone (farm.evaluate.verified)
+                           "no_unseen_inputs": sum(1 for r in rows if r.get("unseen_inputs") is False
+                                                   and r["status"] in ("succeeded", "skipped"))}
     for p in profiles.get(profile).fast_p:
         out[f"fast_{p:g}"] = round(profiles.fast_p(rows, p), 4)
     return out

@@ -15,9 +15,9 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from queue import Queue
-from typing import Any, Callable
+from typing import Callable
 
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
@@ -32,6 +32,7 @@ from farm.reference.manifest import now
 from farm.observe import metrics
 from farm.search import catalog, pipeline, results, selection
 from farm.search.database import Database, Record, normalized_hash
+from farm.search.results import OpOutcome
 from farm.storage import Store
 from farm.storage.base import dump_json
 from farm.targets import DeviceSpec
@@ -60,30 +61,6 @@ class SearchConfig:
     timing_mode: str = "auto"  # auto (CUDA graph for short ops), events or graph (farm.evaluate.timing)
     compile_workers: int | None = None  # compile-ahead runners (farm.evaluate.ahead); None: evaluator.compile_workers
     full_timing: bool = False  # every candidate: the whole per-call pass and every round (the search before the timing economy)
-
-
-@dataclass
-class OpOutcome:
-    source: str
-    op: str
-    status: str  # succeeded | zero_pass | failed
-    stop_reason: str
-    submitted: int = 0
-    passed: int = 0
-    best_id: str | None = None
-    best_time_ms: float | None = None
-    speedup_vs_model: float | None = None
-    speedup_vs_reference: float | None = None
-    baseline: dict = field(default_factory=dict)
-    error: str = ""
-    promoted: bool = False
-    transient: bool = False  # failed for a reason of the moment (disk full, lost connection): retry
-    promotion: str = ""  # why the best was promoted or not (farm.evaluate.speedup.promotion)
-    timing_mode: str = ""
-    fraction_of_limit: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class OpSearch:
@@ -121,6 +98,8 @@ class OpSearch:
         self.started_at = now()  # wall clock, for reports; the first process's time survives a resume
         self.ahead = None  # the compile-ahead pool (farm.evaluate.ahead) while a step runs, where configured
         self.fixed_paid = False  # this process paid the op's fixed costs (else it adopted stored ones)
+        self.verified_by: dict = {}  # the evaluator's verification(), kept in the checkpoint
+        self.final: dict | None = None  # the outcome of the finished search
         self.device_queue = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or devices[0].label, "device")
         self.device_clock = pipeline.DeviceClock(target, devices)
 
@@ -132,7 +111,8 @@ class OpSearch:
                 "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
-                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at}
+                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at,
+                "verified": self.verified_by, "outcome": self.final if status == "done" else None}
 
     def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
         new = [r for r in self.db.records.values() if r.id not in self.written and r.verdict != "pending"]
@@ -145,6 +125,7 @@ class OpSearch:
         if not self.store.exists(key):
             return None
         state = self.store.read_json(key)
+        results.check_same_reference(state, self.data.get("_sha256"), self.run_name, self.ref.key)
         self.db = Database.from_dict(state["db"])
         # candidates in flight when the previous process died were never finished: drop them
         for rid in [r.id for r in self.db.records.values() if r.verdict == "pending"]:
@@ -160,6 +141,7 @@ class OpSearch:
         self.chunks_done = state["chunks_done"]
         self.started_at = state.get("started_at") or self.started_at
         self.written = set(self.db.records)
+        self.verified_by = state.get("verified") or {}
         return state
 
     # ------------------------------------------------------------ proposals
@@ -380,7 +362,7 @@ class OpSearch:
         distributed search task enqueues its continuation then)."""
         state = None if force else self.restore()
         if state and state["status"] == "done" and not self._budget_raised(state):
-            return self._outcome(state["stop_reason"])
+            return OpOutcome.from_dict(state["outcome"]) if state.get("outcome") else self._outcome(state["stop_reason"])
         pool: Queue = Queue()
         evaluators = [self.evaluator_factory(self.ref, self.data, spec, self._eval_settings(spec)) for spec in self.devices]
         try:
@@ -461,7 +443,7 @@ class OpSearch:
                 "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
                              "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
                                  self.devices[0], self.config.profile)).fresh_seeds,
-                             "profile": self.config.profile, **getattr(self, "verified_by", {})},
+                             "profile": self.config.profile, **self.verified_by},
                 "generators": sorted(self.generators), "config": asdict(self.config),
                 "no_seed": self.no_seed_text() if not self.db.records else ""}
 
@@ -483,7 +465,6 @@ class OpSearch:
         summary["promotion"] = {"allowed": allowed, "reason": why}
         results.write_report(self.store, self.prefix, summary, self.db)
         promoted = results.promote(self.store, self.target, summary, best) if best and allowed else False
-        self.checkpoint(status="done", stop_reason=stop)
         outcome = self._outcome(stop, baseline)
         outcome.promoted, outcome.promotion = promoted, why
         if confirmation and confirmation.get("time_ms") is not None:
@@ -492,6 +473,8 @@ class OpSearch:
             outcome.best_time_ms = confirmation.get("time_ms")
             outcome.timing_mode = (confirmation.get("timing") or {}).get("mode", "")
             outcome.fraction_of_limit = (confirmation.get("limit") or {}).get("fraction")
+        self.final = outcome.as_dict()  # a finished search asked again answers the same (promoted, re-timed)
+        self.checkpoint(status="done", stop_reason=stop)
         return outcome
 
     def _outcome(self, stop: str, baseline: dict | None = None) -> OpOutcome:
@@ -503,7 +486,8 @@ class OpSearch:
                          baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")},
                          error="" if best else self.why_no_kernel(),
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",
-                         fraction_of_limit=(best.limit or {}).get("fraction") if best else None)
+                         fraction_of_limit=(best.limit or {}).get("fraction") if best else None,
+                         ref_sha256=self.data.get("_sha256") or "", **results.verified_fields(self.verified_by))
 
 
 def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,

@@ -6,6 +6,8 @@
     kernels/<target>/<source>/<op>/best.py    self-contained, importable, with a header
     kernels/<target>/<source>/<op>/best.json  what best.py is and how it was verified
 
+and, per op, an `OpOutcome` (the batch's row and ledger entry).
+
 A best kernel is promoted only if its re-timing against the Model in a fresh runner shows it
 faster with 95% confidence where the Model runs (farm.evaluate.speedup.promotion), and if it
 beats the one already there on the same device in the same timing mode. best.json and the
@@ -16,11 +18,48 @@ device's physical limit.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from farm.errors import FarmError
+from farm.evaluate import verified
 from farm.search.database import Database, Record
 from farm.storage import Store
 from farm.storage.base import dump_json
+
+
+@dataclass
+class OpOutcome:
+    """One op's search, as a batch, the ledger and the leaderboard see it."""
+
+    source: str
+    op: str
+    status: str  # succeeded | zero_pass | failed
+    stop_reason: str
+    submitted: int = 0
+    passed: int = 0
+    best_id: str | None = None
+    best_time_ms: float | None = None
+    speedup_vs_model: float | None = None
+    speedup_vs_reference: float | None = None
+    baseline: dict = field(default_factory=dict)
+    error: str = ""
+    promoted: bool = False
+    transient: bool = False  # failed for a reason of the moment (disk full, lost connection): retry
+    promotion: str = ""  # why the best was promoted or not (farm.evaluate.speedup.promotion)
+    timing_mode: str = ""
+    fraction_of_limit: float | None = None
+    ref_sha256: str = ""  # the reference data searched on: a batch does not skip an op whose data changed
+    unseen_inputs: bool | None = None  # passes checked beyond the .pt (farm.evaluate.verified)
+    verified: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "OpOutcome":
+        """A finished search's outcome as its checkpoint keeps it (fields it lacks take defaults)."""
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 def op_prefix(run: str, source: str, op: str) -> str:
@@ -73,7 +112,7 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
     def fmt(v):
         return "n/a" if v is None else f"{v:.3f}x"
 
-    verified = summary.get("verified", {})
+    how = summary.get("verified", {})
     figures = confirmed_figures(summary, rec)
     return (
         f'"""Kernel Farm best kernel: {summary["source"]}/{summary["op"]} for target {summary["target"]}.\n\n'
@@ -82,9 +121,9 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
         f"Median time: {figures['time_ms']:.6g} ms ({figures['timing_mode']})  speedup vs original Model: "
         f"{fmt(figures['speedup_vs_model'])}  vs PyTorch Reference: {fmt(figures['speedup_vs_reference'])}\n"
         f"Re-timed against the Model in a fresh runner: {summary.get('promotion', {}).get('reason', 'no')}\n"
-        f"Verified: outputs against the reference data {verified.get('ref_sha256', '?')[:16]}... "
-        f"({verified.get('ref_device', '?')}), a bitwise-identical second run, unchanged inputs,\n"
-        f"Triton launches observed at run time, and {_unseen(verified)}; tolerance policy farm/runtime/compare.py.\n"
+        f"Verified: outputs against the reference data {how.get('ref_sha256', '?')[:16]}... "
+        f"({how.get('ref_device', '?')}), a bitwise-identical second run, unchanged inputs,\n"
+        f"Triton launches observed at run time, and {_unseen(how)}; tolerance policy farm/runtime/compare.py.\n"
         f"Use: from best import ModelNew; ModelNew(*get_init_inputs())(*inputs)\n"
         f'"""\n'
     )
@@ -109,23 +148,25 @@ def figures_of(confirmation: dict | None, best: dict[str, Any]) -> dict[str, Any
             "limit": best.get("limit"), "fraction_of_limit": (best.get("limit") or {}).get("fraction")}
 
 
-def _unseen(verified: dict) -> str:
+def _unseen(how: dict) -> str:
     """How the kernel was checked on inputs it had never seen."""
-    if verified.get("by") == "seed_sets":
-        return (f"{verified.get('sets')} secret seed sets of the original Model recorded on the reference platform "
-                "(reference-data mode)")
-    return f"{verified.get('fresh_seeds', 2)} fresh seeds against Reference on the target"
+    return f"on unseen inputs: {verified.describe(how)}"
 
 
 def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> bool:
     """Write kernels/<target>/<source>/<op>/best.{py,json} unless a faster one is there (same
-    device, same timing mode: figures of different modes are not compared)."""
+    device, same timing mode: figures of different modes are not compared), or one checked on
+    unseen inputs where this one was not (farm.evaluate.verified); best.json says which."""
     prefix = kernel_prefix(target, summary["source"], summary["op"])
     current = store.read_json(f"{prefix}/best.json") if store.exists(f"{prefix}/best.json") else {}
     figures = confirmed_figures(summary, rec)
+    unseen = verified.unseen_checked(summary.get("verified"))
+    if current and not unseen and verified.unseen_checked(current.get("verified")):
+        return False  # checked on the .pt alone never replaces a kernel checked on unseen inputs
     same_device = current.get("device_name") == summary.get("device_name")
     same_mode = current.get("timing_mode", "events") == figures["timing_mode"]
-    if (current and same_device and same_mode and current.get("time_ms") is not None
+    same_checks = unseen == verified.unseen_checked(current.get("verified"))
+    if (current and same_device and same_mode and same_checks and current.get("time_ms") is not None
             and current["time_ms"] <= figures["time_ms"]):
         return False
     source = best_header(summary, rec) + rec.source
@@ -135,6 +176,7 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
             "search": {"time_ms": rec.time_ms, "speedup_vs_model": rec.speedup_vs_model,
                        "speedup_vs_reference": rec.speedup_vs_reference, "comparison": rec.comparison},
             "device_name": summary.get("device_name"), "timing": rec.timing, "verified": summary.get("verified", {}),
+            "unseen_inputs": unseen,
             "baseline": summary.get("baseline", {}), "confirmation": summary.get("confirmation"),
             "promotion": summary.get("promotion")}
     store.put_bytes(f"{prefix}/best.json", dump_json(meta))
@@ -149,3 +191,23 @@ def baseline_spread(baseline: dict, kept: tuple[str, ...]) -> dict:
     """How each baseline's median was measured (reps, spread, timer), for reports."""
     return {k[:-len("_timing")]: {f: v[f] for f in kept if f in v}
             for k, v in baseline.items() if k.endswith("_timing") and isinstance(v, dict)}
+
+
+def check_same_reference(state: dict, ref_sha256: str | None, run: str, name: str) -> None:
+    """A checkpoint goes on only with the reference data it was verified on: a folder copied
+    again with a newer .pt must not mix candidates judged against two truths."""
+    was = state.get("ref_sha256")
+    if was and ref_sha256 and was != ref_sha256:
+        raise FarmError(changed_reference(run, name, was, ref_sha256))
+
+
+def changed_reference(run: str, name: str, was: str, now: str) -> str:
+    return (f"run {run} searched {name} on other reference data (sha256 {was[:12]}...) than it has now "
+            f"({now[:12]}...): search it in a new run (--run NAME) to keep both, or again in this one with --force")
+
+
+def verified_fields(how: dict) -> dict[str, Any]:
+    """An outcome's word on unseen inputs (farm.evaluate.verified)."""
+    if not how:
+        return {}
+    return {"unseen_inputs": verified.unseen_checked(how), "verified": verified.short(how)}

@@ -45,8 +45,14 @@ def _looks_like_url(text: str) -> bool:
     return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*//", text))
 
 
-def open_folder(path: str | Path) -> Store:
+# Where a reference folder keeps the secret seed sets of reference-data-mode ops: a hidden
+# folder, which the existing tools' loaders (they read <dir>/<source>/*.pt) never list.
+FOLDER_SECRETS = ".secrets/"
+
+
+def open_folder(path: str | Path) -> FileStore:
     """A plain reference-cache folder as the existing tool chain lays it out:
-    <dir>/<source>/<op>.pt and <dir>/manifest.json, seen as the store's refs/, and nothing else
-    written there."""
-    return FileStore(Path(path).expanduser(), strip_prefix="refs/", sidecars=False)
+    <dir>/<source>/<op>.pt and <dir>/manifest.json, seen as the store's refs/, plus the store's
+    secrets/ in <dir>/.secrets/, and nothing else written there."""
+    return FileStore(Path(path).expanduser(), strip_prefix="refs/", sidecars=False,
+                     hidden={"secrets/": FOLDER_SECRETS})

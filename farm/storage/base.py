@@ -115,21 +115,25 @@ class Store(ABC):
     def read_json(self, key: str) -> dict:
         if self.head(key) is None:
             return {}
-        return parse_json(self.url, key, self.get_bytes(key))
+        return parse_json(self.describe(key), self.get_bytes(key))
+
+    def describe(self, key: str) -> str:
+        """Where the object of `key` is, for messages."""
+        return f"{self.url}/{key}"
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
 
 
-def parse_json(url: str, key: str, data: bytes) -> dict:
+def parse_json(where: str, data: bytes) -> dict:
     """A stored JSON document, or IntegrityError naming it: a truncated or hand-edited
     document must stop its readers with a message, not a traceback."""
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise IntegrityError(f"{url}/{key} is corrupt: not valid JSON ({exc})") from None
+        raise IntegrityError(f"{where} is corrupt: not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
-        raise IntegrityError(f"{url}/{key} is corrupt: a JSON {type(doc).__name__}, not an object")
+        raise IntegrityError(f"{where} is corrupt: a JSON {type(doc).__name__}, not an object")
     return doc
 
 

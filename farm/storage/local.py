@@ -28,9 +28,13 @@ class _Overtaken(Exception):
 
 
 class FileStore(Store):
-    def __init__(self, root: Path, strip_prefix: str = "", sidecars: bool = True):
+    def __init__(self, root: Path, strip_prefix: str = "", sidecars: bool = True,
+                 hidden: dict[str, str] | None = None):
         self.root = Path(root)
         self.strip_prefix = strip_prefix
+        # key prefixes kept in hidden folders of a plain folder ({"secrets/": ".secrets/"}):
+        # tools that read the folder's layout never list them, and a copy of the folder keeps them
+        self.hidden = dict(hidden or {})
         # False for a plain folder in another tool's layout: nothing but the objects is written
         # there (no .farm-meta/; sha256s live in its manifest, locks on the folder itself)
         self.sidecars = sidecars
@@ -40,11 +44,22 @@ class FileStore(Store):
 
     def _rel(self, key: str) -> str:
         validate_key(key)
+        for prefix, folder in self.hidden.items():
+            if key.startswith(prefix):
+                return folder + key[len(prefix):]
         if self.strip_prefix:
             if not key.startswith(self.strip_prefix):
-                raise StorageError(f"{self.root} holds only {self.strip_prefix}* keys, not {key!r}")
+                kept = ", ".join([self.strip_prefix, *self.hidden])
+                raise StorageError(f"{self.root} holds only {kept}* keys, not {key!r}")
             key = key[len(self.strip_prefix):]
         return key
+
+    def path_of(self, key: str) -> Path:
+        """Where the object of `key` lives on disk."""
+        return self._path(key)
+
+    def describe(self, key: str) -> str:
+        return str(self._path(key)) if self.strip_prefix else f"{self.url}/{key}"
 
     def _path(self, key: str) -> Path:
         return self.root / self._rel(key)
@@ -52,8 +67,17 @@ class FileStore(Store):
     def _meta_path(self, key: str) -> Path:
         return self.root / META_DIR / (self._rel(key) + ".json")
 
-    def _key(self, rel: str) -> str:
-        return self.strip_prefix + rel
+    def _key(self, rel: str) -> str | None:
+        """The key of a file under the root; None for hidden files that hold no object."""
+        for prefix, folder in self.hidden.items():
+            if rel.startswith(folder):
+                rel, key_prefix = rel[len(folder):], prefix
+                break
+        else:
+            key_prefix = self.strip_prefix
+        if any(part.startswith(".") for part in rel.split("/")):
+            return None
+        return key_prefix + rel
 
     # ------------------------------------------------------------ writes
 
@@ -155,7 +179,7 @@ class FileStore(Store):
             after = self._accepted(key)
             if before is None or after is None or sha in before | after:
                 return value
-        raise IntegrityError(f"{self.url}/{key} is corrupt: sha256 {sha} != recorded {sorted(after)[0]}")
+        raise IntegrityError(f"{self.describe(key)} is corrupt: sha256 {sha} != recorded {sorted(after)[0]}")
 
     def _expect(self, key: str) -> ObjectInfo:
         info = self.head(key)
@@ -186,7 +210,7 @@ class FileStore(Store):
             except OSError as exc:  # the local copy: a full temp folder is the machine's failure
                 raise write_error(str(dest), exc) from exc
             return ObjectInfo(key, holder["size"], holder["sha"])
-        raise IntegrityError(f"{self.url}/{key} is corrupt: sha256 {holder['sha']} != recorded "
+        raise IntegrityError(f"{self.describe(key)} is corrupt: sha256 {holder['sha']} != recorded "
                              f"{sorted(holder['after'])[0]}")
 
     def get_bytes(self, key: str) -> bytes:
@@ -211,10 +235,9 @@ class FileStore(Store):
         if start is None or not start.is_dir():
             return
         for path in sorted(start.rglob("*")):
-            rel = path.relative_to(self.root).as_posix()
-            if not path.is_file() or any(part.startswith(".") for part in rel.split("/")):
+            key = self._key(path.relative_to(self.root).as_posix())
+            if not path.is_file() or key is None:
                 continue
-            key = self._key(rel)
             if key.startswith(prefix):
                 info = self.head(key)
                 if info is not None:
@@ -223,9 +246,13 @@ class FileStore(Store):
     def _list_root(self, prefix: str) -> Path | None:
         """The deepest folder that holds every key under `prefix`: a listing of one run walks
         that run's folder, not the whole store. None where no key can match."""
-        if not prefix.startswith(self.strip_prefix) and not self.strip_prefix.startswith(prefix):
+        hidden = next((f + prefix[len(k):] for k, f in self.hidden.items() if prefix.startswith(k)), None)
+        if hidden is not None:
+            rel = hidden
+        elif not prefix.startswith(self.strip_prefix) and not self.strip_prefix.startswith(prefix):
             return None
-        rel = prefix[len(self.strip_prefix):] if prefix.startswith(self.strip_prefix) else ""
+        else:
+            rel = prefix[len(self.strip_prefix):] if prefix.startswith(self.strip_prefix) else ""
         folder = rel.rpartition("/")[0]
         if folder and any(seg in ("", ".", "..") for seg in folder.split("/")):
             return self.root

@@ -299,7 +299,7 @@ class S3Store(Store):
             if _code(exc.__cause__) in MISSING:
                 return {}, None
             raise
-        return parse_json(self.url, key, data), etag
+        return parse_json(self.describe(key), data), etag
 
     def _put_doc(self, key: str, doc: dict, **conditions) -> str:
         """Write a document (under `conditions`, if any); returns the new ETag."""

@@ -246,3 +246,20 @@ def test_farm_run_ops_picks_ops_of_the_source_and_names_an_unknown_one(cli, tmp_
                  "--no-report")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert [r["op"] for r in json.loads(result.stdout)["ops"]] == ["first"]
+
+
+def test_farm_run_takes_several_sources_and_ops_across_them(cli, tmp_path, monkeypatch):
+    """As `farm reference` and `farm search` do: --source repeats, --ops source/op picks across
+    them (ops that fail on import keep it cheap: nothing is searched)."""
+    for name in ("left", "right"):
+        write_task(tmp_path / name, "same_name", BROKEN_IMPORT)
+        write_task(tmp_path / name, f"only_{name}", BROKEN_IMPORT)
+    use_sources(tmp_path, monkeypatch, left=tmp_path / "left", right=tmp_path / "right")
+    res = cli("run", "--source", "left", "--source", "right", "--ops", "right/same_name", "--ops", "only_left",
+              "--target", "cpu", "--json", "--no-report")
+    doc = json.loads(res.stdout)
+    assert sorted((r["source"], r["op"]) for r in doc["ops"]) == [("left", "only_left"), ("right", "same_name")]
+    assert doc["run"] == "local-left-right-cpu"
+    # without --source, the sources its --ops name
+    doc = json.loads(cli("run", "--ops", "right/only_right", "--target", "cpu", "--json", "--no-report").stdout)
+    assert [(r["source"], r["op"]) for r in doc["ops"]] == [("right", "only_right")] and doc["run"] == "local-right-cpu"

@@ -64,6 +64,30 @@ class ModelVLLM(nn.Module):
         return self.layer(x)
 '''
 
+# vllm/torch_ops: Model is vLLM's forward_native, plain PyTorch, its own truth
+TORCH_MODEL = '''
+import torch
+import torch.nn as nn
+
+N = 48
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 # the framework import hides in a helper that forward calls: only trying it tells
 HIDDEN_SGLANG = TRITON_HEAD + '''
 

@@ -11,7 +11,7 @@ from farm.evaluate.evaluator import EvalSettings
 from farm.corpus.tasks import find_tasks
 from farm.generators import Generator, Proposal, load_generator
 from farm.reference.generate import generate_references
-from farm.search import ledger, selection
+from farm.search import ledger, results, selection
 from farm.search.batch import load_reference, search_batch, summarize
 from farm.search.controller import SearchConfig, search_op
 from farm.search.database import Database, Record, normalized_hash
@@ -201,7 +201,8 @@ def test_batch_ledger_skips_done_and_errors(demo_store, tmp_path):
     entries = ledger.read(store, "batch")
     assert entries["demo/row_sum"]["status"] == "done" and entries["demo/swiglu"]["status"] == "error"
     rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config)
-    assert summarize(rows) == {"total": 2, "succeeded": 0, "zero_pass": 0, "failed": 0, "skipped": 2}
+    assert summarize(rows) == {"total": 2, "succeeded": 0, "zero_pass": 0, "failed": 0, "skipped": 2,
+                               "no_unseen_inputs": 0}
     rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config, retry_errors=True)
     assert [r["status"] for r in rows] == ["skipped", "failed"]
 
@@ -413,3 +414,31 @@ def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_
     full = OpSearch(refs["row_sum"], data, store, "bar3", "cpu", [CPU], [], SearchConfig(full_timing=True))
     settings = full._eval_settings(CPU)
     assert settings.per_call_budget_ms is None and settings.out_of_running is None
+
+
+def _promoted(store, how: dict, time_ms: float) -> bool:
+    from farm.search.database import Record
+
+    rec = Record(id="c1", source="class ModelNew: pass\n", generator="tune", note="", lineage=0, generation=0,
+                 parent=None, source_hash="h", verdict="pass", time_ms=time_ms, timing={"mode": "events"})
+    summary = {"source": "akg", "op": "twice", "target": "cpu", "run": "r", "device_name": "cpu0", "verified": how}
+    return results.promote(store, "cpu", summary, rec)
+
+
+CHECKED, PT_ONLY = {"by": "seed_sets", "sets": 4}, {"by": "pt_only", "unseen_inputs": False}
+
+
+@pytest.mark.parametrize("first, first_ms, then, then_ms, replaced", [
+    (CHECKED, 2.0, PT_ONLY, 1.0, False),  # faster, but checked on the .pt alone
+    (PT_ONLY, 1.0, CHECKED, 2.0, True),  # slower, but checked on unseen inputs
+    ({"by": "reference"}, 2.0, CHECKED, 1.0, True),  # both checked: the faster wins
+    ({"by": "reference"}, 1.0, CHECKED, 2.0, False),
+    ({}, 2.0, PT_ONLY, 1.0, False),  # a record from before the field: every pass was checked then
+])
+def test_a_pass_on_the_pt_alone_never_replaces_one_checked_on_unseen_inputs(tmp_path, first, first_ms, then, then_ms,
+                                                                             replaced):
+    store = open_store(f"file://{tmp_path / 'store'}")
+    assert _promoted(store, first, first_ms)
+    assert _promoted(store, then, then_ms) is replaced
+    best = store.read_json("kernels/cpu/akg/twice/best.json")
+    assert best["unseen_inputs"] is ((then if replaced else first) is not PT_ONLY)
