@@ -46,7 +46,7 @@ from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
-from farm.evaluate import pids, profiles, static_checks, timed_checks, timing, verified
+from farm.evaluate import pids, profiles, static_checks, timed_checks, timing
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.pool import RunnerPool
