@@ -167,6 +167,26 @@ def python_paths(extra_pythonpath: str = "") -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def toolchain_paths(env: dict[str, str] | None = None) -> list[Path]:
+    """Installation prefixes of the C compiler Triton builds its launcher with (`CC`, else gcc,
+    cc or clang on PATH), where they lie outside /usr: a CUDA image with gcc in /opt/gcc made
+    every candidate a runtime_error (no such file '/opt/gcc/bin/gcc') inside the boundary."""
+    env = os.environ if env is None else env
+    found: list[Path] = []
+    names = [env.get("CC", ""), "gcc", "cc", "clang"]
+    for name in filter(None, names):
+        hit = shutil.which(name, path=env.get("PATH"))
+        if hit is None:
+            continue
+        for binary in dict.fromkeys([Path(hit), Path(os.path.realpath(hit))]):
+            prefix = binary.parent.parent if binary.parent.name == "bin" else binary.parent
+            if str(prefix).startswith("/usr") or prefix == Path("/") or _home_or_above(prefix):
+                continue
+            if prefix.is_dir() and prefix not in found:
+                found.append(prefix)
+    return found
+
+
 SCRATCH = Path("/scratch")  # a runner's folder inside the boundary (scratch_mb given to wrap)
 
 
@@ -183,7 +203,8 @@ def wrap(argv: list[str], *, scratch: Path, env: dict[str, str], devices: list[s
     if binary is None:
         raise FarmError("bubblewrap (bwrap) is no longer on PATH; the sandbox cannot start")
     args = [binary, *_base_args(tmp_mb)]
-    ro = python_paths(env.get("PYTHONPATH", "")) + [Path(p).resolve() for p in read_only]
+    ro = (python_paths(env.get("PYTHONPATH", "")) + toolchain_paths({**os.environ, **env})
+          + [Path(p).resolve() for p in read_only])
     for path in dict.fromkeys(ro):
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]

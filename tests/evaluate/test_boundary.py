@@ -252,3 +252,28 @@ def test_cli_eval_reports_the_sandbox_and_no_secret(cli, refs, secret, monkeypat
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_compiler_outside_usr_is_reachable_inside_the_boundary(tmp_path, monkeypatch):
+    """Triton builds its launcher with the C compiler on PATH: a CUDA image keeps gcc in
+    /opt/gcc, and the boundary must show that installation (read-only), or every candidate
+    fails to compile."""
+    require_bwrap()
+    import subprocess
+
+    prefix = tmp_path / "opt-gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    (prefix / "libexec" / "cc1").write_text("the compiler proper\n")
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_text(f"#!/bin/sh\ncat {prefix}/libexec/cc1\n")
+    gcc.chmod(0o755)
+    env = {"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"}
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert prefix in boundary.toolchain_paths(env)
+    argv = boundary.wrap(["gcc"], scratch=tmp_path / "scratch", env=env, scratch_mb=8)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "the compiler proper" in out.stdout, out.stderr
+    # read-only: a candidate cannot replace the compiler the trusted runner also uses
+    argv = boundary.wrap(["sh", "-c", f"echo x > {gcc}"], scratch=tmp_path / "scratch", env=env, scratch_mb=8)
+    assert subprocess.run(argv, capture_output=True, timeout=60, env=env).returncode != 0
