@@ -94,7 +94,7 @@ def test_devices_take_the_existing_tools_space_separated_form():
 
 
 def test_secret_values_cover_settings_variables_and_url_passwords():
-    from farm.config import mask_secrets, secret_values
+    from farm.masking import mask_secrets, secret_values
 
     s, _ = load_settings(env={"FARM_QUEUE_BROKER_URL": "redis://:broker-pass@redis:6379/0",
                               "OPENAI_API_KEY": "sk-llm-123456"})

@@ -22,12 +22,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from farm.config import current_settings, mask_secrets, secret_values
+from farm.config import current_settings
 from farm.evaluate import quiet, static_checks
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import EvalResult
 from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
+from farm.masking import mask_secrets, secret_values
 from farm.observe import metrics
 from farm.runtime.isolation import trim
 from farm.targets import DeviceSpec

@@ -40,7 +40,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from farm.config import current_settings, mask_secrets, secret_values
+from farm.config import current_settings
 from farm.corpus import modes
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
@@ -48,13 +48,14 @@ from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
 from farm.evaluate import pids, profiles, static_checks, timed_checks, timing
 from farm.evaluate.comparison import Comparison
-from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import LOG_CHARS, REASON_CHARS, EvalResult
 from farm.evaluate.result import Stop as _Stop
 from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
 from farm.evaluate.timing import GRAPH_THRESHOLD_MS
+from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.verifier import Verifier
+from farm.masking import mask_secrets, secret_values
 from farm.reference.fitted import fitted
 from farm.runtime import compare
 from farm.runtime.isolation import trim

@@ -284,6 +284,7 @@ def test_a_host_time_suspicion_is_measured_again_in_the_same_hold_without_the_pr
 
     answer = [torch.ones(2)]
     ev.fresh_cases = lambda: [([], answer)]
+    ev._time_cases = lambda: (["seed0"], ev.fresh_cases())  # the scripted one's outputs are empty
     ev.probe_cases = lambda: [([], answer)]
     ev._put_probes = lambda: None
     sent = []

@@ -325,11 +325,13 @@ def test_export_errors_are_one_line(farm_run, cli, monkeypatch):
              (["--run", "r1", "--cases", "-1"], "--cases"),
              (["--run", "nope"], "no run 'nope'"),
              (["--run", "r1", "--latest"], "not both"),
-             (["--run", "r1", "--target", "cuda"], "no promoted kernels"),
-             (["--latest"], "--latest: no submitted runs")]
+             (["--run", "r1", "--target", "cuda"], "no promoted kernels")]
     for args, message in cases:
         res = cli("export", *args, "--store", store, "--out", root / "bad")
         assert res.exit_code != 0 and message in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
+    # --latest takes local runs too (r1 above); a store with no run at all says so
+    res = cli("export", "--latest", "--store", f"file://{root / 'empty'}", "--out", root / "bad")
+    assert res.exit_code != 0 and "no runs in" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not (root / "bad").exists()
 
 

@@ -96,7 +96,7 @@ def test_alerts_compare_recording_rules_with_thresholds():
     records, alerts = rules()
     names = {r["record"] for r in records}
     assert {a["alert"] for a in alerts} == {"FarmWorkerDown", "FarmTaskFailureRateHigh", "FarmQueueNotDraining",
-                                            "FarmRunWithoutProgress"}
+                                            "FarmRunWithoutProgress", "FarmExporterStale"}
     for alert in alerts:
         used = set(re.findall(r"farm:[a-z_:0-9]+", alert["expr"]))
         assert used and used <= names, alert["alert"]
