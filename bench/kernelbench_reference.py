@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+from benchinfo import commit
 
 
 def _farm(args: list[str], env: dict, timeout: float) -> tuple[int, str, float]:
@@ -86,7 +89,7 @@ def main() -> None:
                      "error": (r.get("error") or "").splitlines()[-1:] or None}
     previous["calls"].append({"command": "python " + " ".join(sys.argv), "farm": "farm " + " ".join(cmd),
                               "exit": code, "wall_s": round(wall, 1), "ops_in_call": len(results),
-                              "device": doc.get("device"), "commit": _commit()})
+                              "device": doc.get("device"), "commit": commit()})
     if code not in (0, 1):
         previous["calls"][-1]["tail"] = text[-2000:]
     report_path.write_text(json.dumps(previous, indent=1))
@@ -94,13 +97,6 @@ def main() -> None:
     ok = sum(1 for o in ops.values() if o["ok"])
     print(json.dumps({"exit": code, "wall_s": round(wall, 1), "ok": ok, "ops": len(ops),
                       "bytes": sum(o["bytes"] for o in ops.values())}))
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "?"
 
 
 def _table(doc: dict, path: Path) -> None:

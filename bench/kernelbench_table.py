@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import subprocess
 import sys
 import time
 import traceback
@@ -39,6 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+
+import benchinfo
+
 
 def _ops(level: Path, wanted: str | None) -> list[Path]:
     files = sorted((p for p in level.glob("*.py") if p.name.split("_")[0].isdigit()),
@@ -188,7 +190,7 @@ def write_table(out: Path, command: str) -> None:
     def fast(base: str, p: float) -> int:
         return sum(1 for r in rows if r.get("verdict") == "pass" and (r.get(f"speedup_vs_{base}") or 0) > p)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = benchinfo.commit()
     lines = [f"Command: `{command}` (commit {commit}; device {rows[0].get('device') if rows else '-'}).", "",
              "| | count | of ops |", "|---|---|---|",
              f"| fast_0 (correct) | {fast('eager', 0.0)}/{n} | {fast('eager', 0.0) / max(n, 1):.2f} |",
