@@ -150,7 +150,8 @@ def op_row(store_root: Path, ref, row: dict, shapes: str, device: str) -> dict:
     out = {"op": ref.key, "status": row.get("status") if row.get("status") != "skipped" else report.get("status"),
            "stop_reason": row.get("stop_reason") or report.get("stop_reason"), "error": row.get("error", ""),
            "submitted": row.get("submitted"), "budget": row.get("budget"), "found_by": _found_by(report, best),
-           "promoted": bool(promoted), "search_best_ms": best.get("time_ms"),
+           "promoted": bool(promoted), "promotion": ((report.get("promotion") or {}).get("reason") or "")[:300],
+           "search_best_ms": best.get("time_ms"),
            "search_timing_mode": (best.get("timing") or {}).get("mode")}
     reference = _reference_class(open_store(f"file://{store_root}"), ref)
     outcome = run_in_child(time_child, (str(ref.path), ref.source, shapes, reference,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,15 +29,29 @@ sys.path.insert(0, str(REPO / "bench"))
 from benchinfo import commit
 
 
-def _farm(args: list[str], env: dict, timeout: float) -> tuple[int, str, float]:
+def _farm(args: list[str], env: dict, timeout: float, log: Path) -> tuple[int, str, float]:
+    """The farm command, its stderr (progress, one line per op) kept in `log` as it goes; at the
+    wall limit it gets SIGINT (it stops as on Ctrl-C) and 20 s later SIGKILL."""
     t0 = time.time()
-    try:
-        done = subprocess.run([sys.executable, "-m", "farm", *args], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-        code, text = done.returncode, done.stdout + ("\n" + done.stderr[-4000:] if done.returncode else "")
-    except subprocess.TimeoutExpired as exc:
-        code, text = 124, (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-    return code, text, time.time() - t0
+    with log.open("a") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "farm", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+        try:
+            text, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                text, _ = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                text, _ = proc.communicate()
+            return 124, text or "", time.time() - t0
+    return proc.returncode, text or "", time.time() - t0
+
+
+def _stored_ops(store: Path, source: str) -> dict[str, float]:
+    """op -> the time its .pt was written: what a call cut off at its wall limit did make."""
+    return {p.stem: p.stat().st_mtime for p in (store / "refs" / source).glob("*.pt")}
 
 
 def _bytes(store: Path, source: str, op: str) -> int:
@@ -71,7 +86,9 @@ def main() -> None:
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
     cmd = ["-c", str(config), "reference", "--source", source, "--device", args.device, "--shapes", args.shapes,
            "--json"] + [x for op in (args.ops.split(",") if args.ops else []) for x in ("--ops", op.strip())]
-    code, text, wall = _farm(cmd, env, args.timeout_s)
+    before = _stored_ops(store, source)
+    started = time.time()
+    code, text, wall = _farm(cmd, env, args.timeout_s, out / "farm-reference.log")
     try:
         doc = json.loads(text[text.index("{"):text.rindex("}") + 1]) if "{" in text else {}
     except ValueError:
@@ -87,6 +104,11 @@ def main() -> None:
         ops[name] = {"ok": bool(r.get("success")), "seconds": r.get("elapsed_s"), "bytes": _bytes(store, source, name),
                      "drawn_on": r.get("inputs_drawn_on"), "compact": bool(r.get("compact")),
                      "error": (r.get("error") or "").splitlines()[-1:] or None}
+    if not results:  # cut off before its summary: the store says which ops it made, and when
+        for name, written in sorted(_stored_ops(store, source).items(), key=lambda kv: kv[1]):
+            if name not in before and name not in ops:
+                ops[name] = {"ok": True, "seconds": None, "written_after_s": round(written - started, 1),
+                             "bytes": _bytes(store, source, name), "drawn_on": None, "compact": None, "error": None}
     previous["calls"].append({"command": "python " + " ".join(sys.argv), "farm": "farm " + " ".join(cmd),
                               "exit": code, "wall_s": round(wall, 1), "ops_in_call": len(results),
                               "device": doc.get("device"), "commit": commit()})

@@ -25,7 +25,7 @@ from typing import Callable
 
 from farm.evaluate import quiet
 from farm.evaluate.boundary import Boundary
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.evaluate.sandbox import Limits, Sandbox
 from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,10 @@ class RunnerPool:
             item = self.ready.popleft()
             self._cv.notify_all()  # a starter thread starts the next
         if isinstance(item, BaseException):
-            raise item
+            # a start that failed ahead of time is the host's trouble, not the next candidate's
+            # (an independent re-timing that took it would refuse a promotion): one more, here
+            log.warning("a pool runner for %s failed to start ahead (%s); starting another", self.spec.label, item)
+            return self._start()
         self._quiet.remove(item)
         return item
 
@@ -94,8 +97,9 @@ class RunnerPool:
                 item: Sandbox | BaseException = self._start(box)
             except BaseException as exc:  # noqa: BLE001 - handed to the one who takes it
                 self._quiet.remove(box)
-                if not isinstance(exc, SandboxDied):
-                    log.warning("a pool runner for %s failed to start: %s", self.spec.label, exc)
+                if not self.closed:  # a start that close() cut short is no failure
+                    log.warning("a pool runner for %s failed to start: %r; its output: %s", self.spec.label, exc,
+                                box.log_tail(1500) or "-")
                 item = exc
             with self._cv:
                 self._inflight.discard(box)

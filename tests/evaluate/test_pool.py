@@ -1,0 +1,40 @@
+"""The warm pool of candidate runners (farm.evaluate.pool)."""
+
+import logging
+
+from farm.evaluate.boundary import Boundary
+from farm.evaluate.pool import RunnerPool
+from farm.evaluate.sandbox import Limits
+from farm.targets import resolve_device
+
+LIMITS = Limits(start_s=60, compile_s=20, run_s=10, time_s=20, host_memory_mb=4096, log_mb=64, scratch_mb=64,
+                tmp_mb=32, tasks=64)
+
+
+def test_a_runner_that_failed_to_start_ahead_is_replaced_not_handed_out(caplog):
+    """A start that failed in a starter thread (on an H100 a prestarted runner died of a broken
+    pipe, and the independent re-timing that took it refused every promotion) is the host's
+    trouble: the taker gets a runner started there and then, and the failure is logged."""
+    configured = []
+
+    def configure(box):
+        configured.append(box)
+        if len(configured) == 2:  # the first runner started ahead
+            raise BrokenPipeError(32, "Broken pipe")
+
+    pool = RunnerPool(resolve_device("cpu"), LIMITS, Boundary("none", "not under test"), size=1, configure=configure)
+    try:
+        first = pool.take()
+        first.close()
+        with caplog.at_level(logging.WARNING, logger="farm.evaluate.pool"):
+            second = pool.take()
+        try:
+            assert second.alive and second is not first
+            reply = second.call("load_source", 60, source="FOUND = 1\n", init_inputs=[])
+            assert reply.kind == "compile_error" and "ModelNew" in reply.error  # a live runner's answer
+        finally:
+            second.close()
+    finally:
+        pool.close()
+    assert any("failed to start ahead" in r.getMessage() for r in caplog.records)
+    assert len(configured) >= 3
