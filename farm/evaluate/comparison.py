@@ -355,7 +355,7 @@ class Comparison:
         runner); on the H100 it reached 1.04 for one op
         (bench/results/truth_h100/NOTES-2026-11-24.md)."""
         self._null_run = True
-        self.candidates = self.pool.take()
+        self.candidates = self._take_runner()
         try:
             with self._device(VERIFICATION):
                 reply = self.candidates.call("load_task", self.settings.limits.compile_s,
@@ -410,7 +410,7 @@ class Comparison:
             model_runs = self.model_runs()
         result = EvalResult(verdict="pass")
         started = self._started = time.monotonic()
-        self.candidates = self.pool.take()
+        self.candidates = self._take_runner()
         try:
             self.references.ensure_started()
             with self._device(VERIFICATION):

@@ -219,7 +219,7 @@ class Evaluator(TrustedSide, Comparison):
         """Both runners up before any stage takes the lease: a start held the device from
         other ops' timings for seconds."""
         if self.candidates is None:
-            self.candidates = self.pool.take()
+            self.candidates = self._take_runner()
         self.candidates.ensure_started()
         self.references.ensure_started()
 

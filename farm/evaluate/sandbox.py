@@ -181,6 +181,7 @@ class Sandbox:
         self.output_cap = 1 << 20  # bytes one output set may take in a reply (2x the expected, at least)
         self.extra_env: dict[str, str] = {}  # over the allow-listed environment (compile-ahead's runners)
         self.cached_inputs: set[str] = set()
+        self.primed_for: object = None  # the case sets a pool primed it with (farm.evaluate.trusted)
         self.device_info: dict = {}
         self.closed = False  # closed for good: never started again (a pool closing under a start)
         self._paused_since: float | None = None  # stopped by pause() since then
@@ -242,6 +243,7 @@ class Sandbox:
         self.sock = parent_sock
         self.starts += 1
         self.cached_inputs = set()
+        self.primed_for = None
         reply = self._receive(None, self.limits.start_s, "start")
         if not reply.ok:
             self.kill()

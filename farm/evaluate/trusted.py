@@ -40,6 +40,7 @@ class TrustedSide:
         """A pool runner gets the public input sets before its candidate (never the probes),
         sent while no timing holds the device."""
         sets = [("pt", self.inputs)]
+        box.primed_for = self._cases  # which case sets its seed keys hold (_take_runner)
         if self._cases is not None:
             sets += [(f"seed{i}", inputs) for i, (inputs, _o) in enumerate(self.fresh_cases())]
         with self.lease.hold(device_lease.VERIFICATION):
@@ -47,6 +48,17 @@ class TrustedSide:
                 if box.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs,
                             output_nbytes=box.output_nbytes).ok:
                     box.cached_inputs.add(key)
+
+    def _take_runner(self) -> Sandbox:
+        """A pool runner for the cases in use now. One primed for other cases (the search's,
+        taken by the re-timing that drew its own) keeps other inputs under the same seed keys:
+        they are forgotten, so the candidate is run on the inputs its outputs are compared for
+        (on an H100 every re-timing compared a kernel's outputs for the search's inputs with the
+        truth for its own, and refused the promotion)."""
+        box = self.pool.take()
+        if getattr(box, "primed_for", None) is not self._cases:
+            box.cached_inputs = {key for key in box.cached_inputs if key == "pt"}
+        return box
 
     def _load_trusted(self, which: str) -> dict:
         return self.references.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),

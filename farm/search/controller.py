@@ -175,7 +175,12 @@ class OpSearch:
 
     def why_no_kernel(self) -> str:
         """A zero_pass's reason: each generator that gave no seed and why, how the others' failed."""
-        return self.db.failures(self.seed_reasons) if self.db.records else self.no_seed_text()
+        if self.db.records:
+            return self.db.failures(self.seed_reasons)
+        if self.pending_seeds:  # seeded, then stopped (a time budget) before any was evaluated
+            by = ", ".join(sorted({s["generator"] for s in self.pending_seeds}))
+            return f"stopped before any of its {len(self.pending_seeds)} seed(s) ({by}) was evaluated"
+        return self.no_seed_text()
 
     def _seed_with(self, generators: list[Generator]) -> None:
         ctx = self._context(random.Random(self.config.seed))
@@ -445,7 +450,7 @@ class OpSearch:
                                  self.devices[0], self.config.profile)).fresh_seeds,
                              "profile": self.config.profile, **self.verified_by},
                 "generators": sorted(self.generators), "config": asdict(self.config),
-                "no_seed": self.no_seed_text() if not self.db.records else ""}
+                "no_seed": self.no_seed_text() if not (self.db.records or self.pending_seeds) else ""}
 
     def _finish(self, stop: str, baseline: dict, confirmation: dict | None = None) -> OpOutcome:
         summary = self._summary(stop, baseline)

@@ -38,3 +38,20 @@ def test_a_runner_that_failed_to_start_ahead_is_replaced_not_handed_out(caplog):
         pool.close()
     assert any("failed to start ahead" in r.getMessage() for r in caplog.records)
     assert len(configured) >= 3
+
+
+def test_a_runner_primed_for_other_cases_is_sent_the_current_inputs_again():
+    """The re-timing before a promotion draws cases of its own under the same seed keys as the
+    search's: a runner the pool primed with the search's must not be trusted to hold them (every
+    re-timing on an H100 compared outputs for the search's inputs with the truth for its own)."""
+    import types
+
+    from farm.evaluate.trusted import TrustedSide
+
+    search_cases, confirm_cases = [([1], [2])], [([3], [4])]
+    primed = types.SimpleNamespace(cached_inputs={"pt", "seed0", "seed1"}, primed_for=search_cases)
+    side = types.SimpleNamespace(pool=types.SimpleNamespace(take=lambda: primed), _cases=confirm_cases)
+    assert TrustedSide._take_runner(side).cached_inputs == {"pt"}
+    again = types.SimpleNamespace(cached_inputs={"pt", "seed0"}, primed_for=confirm_cases)
+    side.pool.take = lambda: again
+    assert TrustedSide._take_runner(side).cached_inputs == {"pt", "seed0"}  # primed for these very cases

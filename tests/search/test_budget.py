@@ -62,3 +62,19 @@ def test_a_batch_runs_half_its_budget_then_gives_the_rest_by_headroom(monkeypatc
     budget.search_by_headroom([_Ref("far"), _Ref("near")], None, "r", "cpu", [], [], SearchConfig(max_tasks=10),
                               interpreted=True)
     assert calls == [(10, {})]  # nothing to weigh on the interpreter: one pass as before
+
+
+def test_a_search_stopped_before_its_seeds_ran_says_so_not_that_none_seeded():
+    """A time budget that ends while the seeds wait (inductor's seed compiled, none evaluated)
+    is no generator's failure: the zero_pass reason says what stopped it (on an H100, 25 s per
+    op read "no generator seeds this op" while inductor had seeded)."""
+    import types
+
+    from farm.search.controller import OpSearch
+
+    waiting = types.SimpleNamespace(db=types.SimpleNamespace(records=[]), seed_reasons={"tune": "launches none"},
+                                    pending_seeds=[{"generator": "inductor"}, {"generator": "inductor"}])
+    assert OpSearch.why_no_kernel(waiting) == "stopped before any of its 2 seed(s) (inductor) was evaluated"
+    none = types.SimpleNamespace(db=waiting.db, seed_reasons={"tune": "launches none"}, pending_seeds=[])
+    none.no_seed_text = lambda: OpSearch.no_seed_text(none)
+    assert OpSearch.why_no_kernel(none) == "no generator seeds this op: tune: launches none"
