@@ -25,7 +25,7 @@ from farm.distributed.runs import is_local, load_run
 from farm.errors import FarmError
 from farm.evaluate import verified
 from farm.reference.manifest import now
-from farm.search.results import kernel_prefix
+from farm.search.results import best_record, kernel_prefix, kernel_source
 from farm.storage import Store
 
 
@@ -34,7 +34,7 @@ def select(store: Store, run: str | None = None, target: str | None = None, sour
     """best.json of every kernel that matches, sorted by target, source, op."""
     if run and is_local(store, run):  # farm run / farm search: the kernels it promoted, still the best
         keys = sorted(info.key for info in store.list("kernels/") if _matches(info.key, target, source, op))
-        metas = [m for m in (store.read_json(k) for k in keys) if m.get("run") == run]
+        metas = [m for m in (best_record(store, k) for k in keys) if m.get("run") == run]
         return sorted(metas, key=lambda m: (m["target"], m["source"], m["op"]))
     if run:
         spec, _ = load_run(store, run)
@@ -44,7 +44,7 @@ def select(store: Store, run: str | None = None, target: str | None = None, sour
                 if not op or o == op]
     else:
         keys = sorted(info.key for info in store.list("kernels/") if _matches(info.key, target, source, op))
-    metas = [store.read_json(k) for k in keys]
+    metas = [best_record(store, k) for k in keys]
     return corpus.natural_sorted((m for m in metas if m), key=lambda m: f"{m['target']}/{m['source']}/{m['op']}")
 
 
@@ -81,7 +81,7 @@ def export(store: Store, metas: list[dict], out: Path, settings: Settings | None
         for pkg in (folder.parent, folder):
             (pkg / "__init__.py").touch()
         path = folder / f"{module_name(meta['op'])}.py"
-        path.write_bytes(store.get_bytes(f"{kernel_prefix(meta['target'], meta['source'], meta['op'])}/best.py"))
+        path.write_bytes(kernel_source(store, kernel_prefix(meta["target"], meta["source"], meta["op"])))
         module = ".".join((meta["target"], module_name(meta["source"]), module_name(meta["op"])))
         entries.append({"module": module, "file": str(path.relative_to(out)),
                         "description": _describe(settings, meta["source"], meta["op"]), **meta})

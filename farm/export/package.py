@@ -39,7 +39,7 @@ from farm.export.package_layers import recognise
 from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, package_init, pyproject, readme
 from farm.reference.manifest import now
 from farm.runtime.compare import DEFAULT_TOLERANCE, through_inputs
-from farm.search.results import kernel_prefix, op_prefix
+from farm.search.results import best_record, kernel_prefix, kernel_source, op_prefix
 from farm.storage import Store
 
 HERE = Path(__file__).parent
@@ -67,7 +67,7 @@ def select(store: Store, run: str | None = None, target: str | None = None, sour
             continue
         if run and not store.exists(f"{op_prefix(run, parts[2], parts[3])}/report.json"):
             continue
-        metas.append(store.read_json(info.key))
+        metas.append(best_record(store, info.key))
     if run and not metas and not any(True for _ in store.list(f"runs/{run}/")):
         raise FarmError(f"no run {run!r} in {store.url} (--run)")
     return sorted(metas, key=lambda m: (m["source"], m["op"], m["target"]))
@@ -165,7 +165,7 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
     kernels = {}
     for meta in metas:
         target = meta["target"]
-        best = store.get_bytes(f"{kernel_prefix(target, source, op)}/best.py")
+        best = kernel_source(store, kernel_prefix(target, source, op))
         (folder / f"kernel_{target}.py").write_bytes(best)
         report = _report(store, meta)
         device = _device_of(target)

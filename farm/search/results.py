@@ -17,6 +17,7 @@ device's physical limit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -154,23 +155,18 @@ def _unseen(how: dict) -> str:
 
 
 def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> bool:
-    """Write kernels/<target>/<source>/<op>/best.{py,json} unless a faster one is there (same
-    device, same timing mode: figures of different modes are not compared), or one checked on
-    unseen inputs where this one was not (farm.evaluate.verified); best.json says which."""
+    """Make `rec` the op's best unless a faster one is there (same device, same timing mode:
+    figures of different modes are not compared), or one checked on unseen inputs where this one
+    was not (farm.evaluate.verified); best.json says which.
+
+    A compare-and-swap: best.json is the one record of the op's best, the kernel's source inside
+    it and a version that grows by one per promotion, replaced under the store's update_json
+    (a lock on a file store, a conditional write on S3), so of two searches promoting at once the
+    faster one stays whatever the order. best.py is written from that record afterwards."""
     prefix = kernel_prefix(target, summary["source"], summary["op"])
-    current = store.read_json(f"{prefix}/best.json") if store.exists(f"{prefix}/best.json") else {}
     figures = confirmed_figures(summary, rec)
-    unseen = verified.unseen_checked(summary.get("verified"))
-    if current and not unseen and verified.unseen_checked(current.get("verified")):
-        return False  # checked on the .pt alone never replaces a kernel checked on unseen inputs
-    same_device = current.get("device_name") == summary.get("device_name")
-    same_mode = current.get("timing_mode", "events") == figures["timing_mode"]
-    same_checks = unseen == verified.unseen_checked(current.get("verified"))
-    if (current and same_device and same_mode and same_checks and current.get("time_ms") is not None
-            and current["time_ms"] <= figures["time_ms"]):
-        return False
     source = best_header(summary, rec) + rec.source
-    store.put_bytes(f"{prefix}/best.py", source.encode())
+    unseen = verified.unseen_checked(summary.get("verified"))
     meta = {"source": summary["source"], "op": summary["op"], "target": target, "run": summary["run"],
             "candidate": rec.id, "generator": rec.generator, **figures,
             "search": {"time_ms": rec.time_ms, "speedup_vs_model": rec.speedup_vs_model,
@@ -178,9 +174,59 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
             "device_name": summary.get("device_name"), "timing": rec.timing, "verified": summary.get("verified", {}),
             "unseen_inputs": unseen,
             "baseline": summary.get("baseline", {}), "confirmation": summary.get("confirmation"),
-            "promotion": summary.get("promotion")}
-    store.put_bytes(f"{prefix}/best.json", dump_json(meta))
-    return True
+            "promotion": summary.get("promotion"),
+            "kernel_source": source, "kernel_sha256": hashlib.sha256(source.encode()).hexdigest()}
+    won = []
+
+    def swap(current: dict) -> dict:
+        won.clear()
+        if current and not replaces(current, meta):
+            return current
+        won.append(True)
+        return {**meta, "version": int(current.get("version") or 0) + 1}
+
+    store.update_json(f"{prefix}/best.json", swap)
+    write_kernel_file(store, prefix)
+    return bool(won)
+
+
+def replaces(current: dict, new: dict) -> bool:
+    """Whether a new best takes the place of the current one."""
+    unseen = bool(new.get("unseen_inputs"))
+    was_unseen = verified.unseen_checked(current.get("verified"))
+    if not unseen and was_unseen:
+        return False  # checked on the .pt alone never replaces a kernel checked on unseen inputs
+    comparable = (current.get("device_name") == new.get("device_name")
+                  and current.get("timing_mode", "events") == new.get("timing_mode")
+                  and unseen == was_unseen and current.get("time_ms") is not None)
+    return not (comparable and current["time_ms"] <= new["time_ms"])
+
+
+def write_kernel_file(store: Store, prefix: str, attempts: int = 8) -> None:
+    """best.py from the record as it is now, written again until the record did not change
+    meanwhile: a writer that lost the swap, or wrote a record another one then replaced, leaves
+    the newest kernel in best.py, not its own."""
+    for _ in range(attempts):
+        record = store.read_json(f"{prefix}/best.json")
+        if "kernel_source" not in record:
+            return  # a record of an older farm: its best.py is its own
+        store.put_bytes(f"{prefix}/best.py", record["kernel_source"].encode())
+        if store.read_json(f"{prefix}/best.json").get("version") == record.get("version"):
+            return
+
+
+def best_record(store: Store, key: str) -> dict:
+    """best.json as listings show it: its metadata, the kernel's source left out."""
+    return {k: v for k, v in store.read_json(key).items() if k != "kernel_source"}
+
+
+def kernel_source(store: Store, prefix: str, record: dict | None = None) -> bytes:
+    """The promoted kernel's source: the record's own (best.py may lag a promotion in flight by
+    a moment), else best.py (records of an older farm)."""
+    record = store.read_json(f"{prefix}/best.json") if record is None else record
+    if "kernel_source" in record:
+        return record["kernel_source"].encode()
+    return store.get_bytes(f"{prefix}/best.py")
 
 
 def load_report(store: Store, run: str, source: str, op: str) -> dict[str, Any]:
