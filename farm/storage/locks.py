@@ -63,9 +63,10 @@ def _alive_here(holder: dict) -> bool | None:
 
 
 def is_stale(holder: dict, now: float | None = None) -> bool:
-    alive = _alive_here(holder)
-    if alive is not None:
-        return not alive
+    """A dead process's lock, or one whose heartbeat stopped (a crashed host; a pid of this host
+    reused by another process)."""
+    if _alive_here(holder) is False:
+        return True
     beat = holder.get("heartbeat_at")
     return not isinstance(beat, (int, float)) or (now or time.time()) - beat > STALE_S
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,3 +98,11 @@ def test_a_batch_on_a_run_being_written_fails_clearly(tmp_path):
         with pytest.raises(FarmError, match=rf"run r is being written by another process \(run r by pid {os.getpid()}"):
             search_batch([], store, "r", "cpu", [cpu], [], SearchConfig())
     search_batch([], store, "r", "cpu", [cpu], [], SearchConfig())  # free again
+
+
+def test_a_live_pid_with_a_stopped_heartbeat_is_stale(tmp_path):  # the holder's pid reused by another process
+    store = open_store(f"file://{tmp_path / 'store'}")
+    holder = {"what": "run r", "host": socket.gethostname(), "pid": os.getpid(), "started_at": "2026-01-01T00:00:00Z"}
+    store.put_bytes(KEY, dump_json({**holder, "heartbeat_at": time.time() - locks.STALE_S - 1}))
+    with locks.held(store, KEY, "run r", wait_s=0):
+        pass
