@@ -148,6 +148,9 @@ def setup_frontend(venv: Path = DEFAULT_VENV, python: str | None = None, progres
     venv = venv.expanduser()
     py = venv / "bin" / "python"
     if not py.is_file():
+        if venv.exists() and (not venv.is_dir() or any(venv.iterdir())):  # the user's folder: never filled
+            raise FarmError(f"{venv} (--venv) exists and is not a virtualenv (no bin/python): choose a new or empty "
+                            "folder")
         base = python or find_base_python()
         progress(f"creating {venv} with {base}")
         _run([base, "-m", "venv", str(venv)], "create the virtualenv")

@@ -21,12 +21,14 @@ from farm.cli.common import (
 )
 from farm.errors import EXIT_FAILED, FarmError
 from farm.reference import refcache
+from farm.search.repair import repair_runs
 from farm.storage import open_folder, open_store
 
 app = typer.Typer(help="Inspect, verify and move stored reference data (.pt).", no_args_is_help=True)
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Also replace a .pt the destination's manifest says was made later.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Also replace a .pt the destination's manifest says was made later; "
+                                                   "pull: also write into a non-empty folder farm did not write (your files there are kept).")]
 
 
 def _store(ctx: typer.Context, url: str | None):
@@ -95,7 +97,7 @@ def pull(
     folder = Path(to_dir).expanduser()
     if folder.exists() and not folder.is_dir():
         raise FarmError(f"{folder} (--to) is a file, not a folder")
-    _copy(_store(ctx, store), open_folder(folder), source, as_json, force)
+    _copy(_store(ctx, store), open_folder(folder, "--to", force), source, as_json, force)
 
 
 @app.command("repair")
@@ -108,7 +110,9 @@ def repair(
 ) -> None:
     """Rebuild refs/manifest.json from the stored objects: each .pt is re-read and loaded; good
     ones are listed with their sha256 and metadata, bad ones marked failed (farm reference
-    regenerates them). Use it when a command reports a corrupt manifest."""
+    regenerates them). In a store, also set right the runs' damaged records: a ledger is rebuilt
+    from its ops' checkpoints, a damaged checkpoint is removed (that op is searched again), the
+    run index is rebuilt from the runs' folders. Use it when a command reports a corrupt record."""
     if store and folder:
         raise FarmError("give either --store or --dir, not both")
     if folder and not Path(folder).expanduser().is_dir():
@@ -117,6 +121,8 @@ def repair(
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("repairing", total=None)
         rows = refcache.repair(target, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
+        if not folder:
+            rows += repair_runs(target, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
     _report(rows, f"manifest rebuilt for {target.url}", as_json)
 
 
@@ -137,7 +143,7 @@ def _report(rows: list[dict], title: str, as_json: bool) -> None:
                         ["source", "op", "status", "size"] + (["seed sets"] if seed_sets else []) + ["error"],
                         [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes"))]
                          + ([r.get("seed_sets", "")] if seed_sets else []) + [r.get("error", "")] for r in rows]))
-    bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date")]
+    bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date", "repaired")]
     if bad:
         say(f"{len(bad)} of {len(rows)} objects failed: see the error column (--json for all of it)", style="red")
         raise typer.Exit(EXIT_FAILED)

@@ -130,6 +130,7 @@ def fetch(
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the modules, index.json and README.md to.")] = Path("kernels"),
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty folder farm did not write (your files there are kept).")] = False,
     store: StoreOpt = None,
     as_json: bool = JsonOption,
 ) -> None:
@@ -141,7 +142,7 @@ def fetch(
         raise FarmError("give a run or --latest, not both")
     s, st = _store(ctx, store)
     name = latest_run(st) if latest else run
-    index = fetching.export(st, fetching.select(st, name, target, source, op), out_dir, s, name)
+    index = fetching.export(st, fetching.select(st, name, target, source, op), out_dir, s, name, force)
     if as_json:
         print_json(index)
         return

@@ -20,7 +20,8 @@ def export(
     target: Annotated[Optional[str], typer.Option(help="Only this target.")] = None,
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Only this source.")] = None,
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the package to (replaced if it holds an earlier export).")] = Path("kfarm_export"),
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the package to (farm's earlier export there is replaced; files you added stay).")] = Path("kfarm_export"),
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty folder farm did not write (your files there are kept).")] = False,
     name: Annotated[Optional[str], typer.Option("--name", help="Python import name; stable across exports, its version rises with each [kfarm_kernels].")] = None,
     cases: Annotated[int, typer.Option("--cases", min=0, help="Cases of each op's shape space the kernel is checked at before dispatch covers the space (0: the stored seed set only).")] = 8,
     aot_mode: Annotated[str, typer.Option("--aot", help="AOT C for CUDA kernels: auto (where a CUDA GPU or --aot-arch allows), on (fail if not), off.")] = "auto",
@@ -44,7 +45,7 @@ def export(
         if not as_json:
             out.print(f"[{i + 1}/{n}] {what}", highlight=False)
 
-    index = package.export(st, metas, out_dir, s, pkg, name_run, aot_mode, aot_arch, progress, cases)
+    index = package.export(st, metas, out_dir, s, pkg, name_run, aot_mode, aot_arch, progress, cases, force)
     if as_json:
         print_json(index)
         return

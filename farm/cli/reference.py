@@ -43,7 +43,8 @@ def reference(
     seed: Annotated[Optional[int], typer.Option(help="Seed [reference.seed].")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [reference.timeout_s].")] = None,
     shapes: Annotated[str, typer.Option(help="bench, small, or auto (small on cpu, bench on an accelerator).")] = "auto",
-    force: Annotated[bool, typer.Option("--force", help="Regenerate ops whose stored .pt is current.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Regenerate ops whose stored .pt is current; with --output-dir, "
+                                        "also write into a non-empty folder farm did not write (your files there are kept).")] = False,
     jobs: Annotated[Optional[int], typer.Option(
         help="Ops at once, each in its own child on the device; 0: automatic [reference.jobs, default 1].")] = None,
     as_json: bool = JsonOption,
@@ -54,7 +55,7 @@ def reference(
     s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store, "reference.jobs": jobs})
     # a folder holds the .pt files in the existing tools' layout and the secret seed sets in a
     # hidden folder those tools never read: copied whole, it is all the target host needs
-    target = open_folder(output_dir) if output_dir else open_store(s.store, s)
+    target = open_folder(output_dir, "--output-dir", force) if output_dir else open_store(s.store, s)
     spec = usable_device(device, default_target="cuda")
     if shapes == "auto":
         shapes = "small" if spec.target.interpret else "bench"

@@ -20,11 +20,11 @@ def default_out(run: str) -> Path:
     return DEFAULT_DIR / run
 
 
-def write(st: Store, run: str, out_dir: Path | None = None, publish: bool = False) -> dict:
+def write(st: Store, run: str, out_dir: Path | None = None, publish: bool = False, force: bool = False) -> dict:
     """Write the report (and copy it into the store with publish); what was written, where."""
     import farm.report as reporting
 
-    page = reporting.write_report(st, run, out_dir or default_out(run))
+    page = reporting.write_report(st, run, out_dir or default_out(run), force)
     result = {"run": run, "page": str(page), "uri": page.resolve().as_uri()}
     if publish:
         result["store_key"] = reporting.publish(st, run, page.parent)
@@ -62,6 +62,7 @@ def report(
                                                     "(default: reports/<run>).")] = None,
     publish: Annotated[bool, typer.Option("--publish", help="Also copy the report into the store at "
                                           "runs/<run>/report/ (farm fetch brings it home).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty folder farm did not write (your files there are kept).")] = False,
     store: Annotated[Optional[str], typer.Option(help="Storage URL (default: the store setting).")] = None,
     as_json: bool = JsonOption,
 ) -> None:
@@ -76,7 +77,7 @@ def report(
     s = settings(ctx, {"store": store})
     st = open_store(s.store, s)
     name = latest_run(st) if latest else run
-    written = write(st, name, out_dir, publish)
+    written = write(st, name, out_dir, publish, force)
     if as_json:
         print_json(written)
         return

@@ -41,7 +41,7 @@ from farm.search import ledger
 from farm.search.batch import cached_ops, load_reference, summarize
 from farm.search.budget import search_by_headroom
 from farm.search.controller import SearchConfig, search_op
-from farm.storage import open_store
+from farm.storage import locks, open_store
 from farm.targets import DeviceSpec, resolve_device, usable_device
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
@@ -244,8 +244,9 @@ def _folder_tasks(s, found: list) -> tuple[list, dict[str, Path], list[dict]]:
 def _one(ref, data, st, run, specs, gens, config, force, as_json) -> dict:
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"{ref.key} on {specs[0].label}", total=config.max_tasks)
-        outcome = search_op(ref, data, st, run, specs[0].target.name, specs, gens, config, force=force,
-                            on_event=_bar_updater(progress, bar, ref.key))
+        with locks.held(st, locks.run_lock_key(run), f"run {run}"):
+            outcome = search_op(ref, data, st, run, specs[0].target.name, specs, gens, config, force=force,
+                                on_event=_bar_updater(progress, bar, ref.key))
     return outcome.as_dict()
 
 

@@ -5,6 +5,7 @@
     OUT/index.json                  one entry per kernel: where it came from, its figures
     OUT/README.md                   the set for a reader: what each is, speedup, verification
     OUT/report/index.html           the run's report page, where the store holds one (runs/<run>/report/)
+    OUT/.kfarm-owned.json           what the farm wrote: a re-fetch replaces only those files
 
 A kernel is the one promoted to kernels/<target>/<source>/<op>/ (the fastest verified on its
 device so far); a run narrows the set to that run's source, ops and target.
@@ -26,7 +27,7 @@ from farm.errors import FarmError
 from farm.evaluate import verified
 from farm.reference.manifest import now
 from farm.search.results import best_record, kernel_prefix, kernel_source
-from farm.storage import Store
+from farm.storage import Store, owned
 
 
 def select(store: Store, run: str | None = None, target: str | None = None, source: str | None = None,
@@ -62,33 +63,33 @@ def module_name(name: str) -> str:
 
 
 def export(store: Store, metas: list[dict], out: Path, settings: Settings | None = None,
-           run: str | None = None) -> dict[str, Any]:
-    """Write the modules, index.json and README.md; returns the index."""
+           run: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Write the modules, index.json and README.md; returns the index. Only the farm's own files
+    in `out` are replaced (farm.storage.owned): --force to write into a folder of someone else's."""
     if not metas:
         raise FarmError(f"no kernels to fetch from {store.url} with these filters (a run's ops get kernels "
                         "only where a candidate passed)")
-    if out.exists() and not out.is_dir():
-        raise FarmError(f"{out} (--out) is a file: give a folder to write the kernels to")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "__init__.py").touch()
-    except OSError as exc:
-        raise FarmError(f"cannot write to {out} (--out): {exc.strerror or exc}") from None
+    with owned.writing(out, "--out", force) as stage:
+        return _write(store, metas, stage, settings, run)
+
+
+def _write(store: Store, metas: list[dict], stage: Path, settings: Settings | None, run: str | None) -> dict[str, Any]:
+    (stage / "__init__.py").touch()
     entries = []
     for meta in metas:
-        folder = out / meta["target"] / module_name(meta["source"])
+        folder = stage / meta["target"] / module_name(meta["source"])
         folder.mkdir(parents=True, exist_ok=True)
         for pkg in (folder.parent, folder):
             (pkg / "__init__.py").touch()
         path = folder / f"{module_name(meta['op'])}.py"
         path.write_bytes(kernel_source(store, kernel_prefix(meta["target"], meta["source"], meta["op"])))
         module = ".".join((meta["target"], module_name(meta["source"]), module_name(meta["op"])))
-        entries.append({"module": module, "file": str(path.relative_to(out)),
+        entries.append({"module": module, "file": str(path.relative_to(stage)),
                         "description": _describe(settings, meta["source"], meta["op"]), **meta})
     index = {"fetched_at": now(), "store": store.url, "run": run, "kernels": entries,
-             "report": fetch_report(store, run, out / "report") if run else None}
-    (out / "index.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
-    (out / "README.md").write_text(readme(index))
+             "report": fetch_report(store, run, stage / "report") if run else None}
+    (stage / "index.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
+    (stage / "README.md").write_text(readme(index))
     return index
 
 

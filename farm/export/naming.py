@@ -14,6 +14,7 @@ sees a newer package each time.
 from __future__ import annotations
 
 import importlib.util
+import keyword
 import json
 import re
 import sys
@@ -32,7 +33,10 @@ def package_name(name: str | None) -> str:
     name = DEFAULT_NAME if name is None else name
     if not PKG_NAME.match(name):
         raise FarmError(f"--name {name!r}: a package name is lower-case letters, digits and '_', not starting with a digit")
-    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+    if keyword.iskeyword(name):
+        raise FarmError(f"--name {name!r}: a Python keyword; `import {name}` would not parse "
+                        "(choose another name)")
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names or name == "__main__":
         raise FarmError(f"--name {name!r}: that is a module of Python's standard library; installing the package would "
                         "shadow it (choose another name)")
     other = _installed_elsewhere(name)

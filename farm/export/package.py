@@ -40,7 +40,7 @@ from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, packag
 from farm.reference.manifest import now
 from farm.runtime.compare import DEFAULT_TOLERANCE, through_inputs
 from farm.search.results import best_record, kernel_prefix, kernel_source, op_prefix
-from farm.storage import Store
+from farm.storage import Store, owned
 
 HERE = Path(__file__).parent
 # farm files copied into every package, and the name each gets there; their imports of one
@@ -93,18 +93,26 @@ def copy_runtime(pkg: Path) -> None:
 
 
 def export(store: Store, metas: list[dict], out: Path, settings: Settings, name: str, run: str | None = None,
-           aot_mode: str = "auto", aot_arch: int | None = None, progress=None, cases: int = DEFAULT_CASES) -> dict:
-    """Write the package to `out`; returns the index (also OUT/export.json)."""
+           aot_mode: str = "auto", aot_arch: int | None = None, progress=None, cases: int = DEFAULT_CASES,
+           force: bool = False) -> dict:
+    """Write the package to `out`; returns the index (also OUT/export.json). The package is built
+    in a staging folder and replaces only the farm's earlier export there (farm.storage.owned):
+    files the user added stay; a folder of someone else's needs --force."""
     if not metas:
         raise FarmError(f"no promoted kernels in {store.url} with these filters (a kernel is promoted only where a "
                         "candidate passed)")
     if aot_mode not in ("auto", "on", "off"):
         raise FarmError(f"--aot {aot_mode!r}: use auto, on or off")
-    if out.exists() and any(out.iterdir()) and not (out / "export.json").exists():
-        raise FarmError(f"--out {out}: folder exists and is not an earlier export; choose an empty folder")
-    version = naming.next_version(store, name, out)
-    if out.exists():
-        shutil.rmtree(out)
+    with owned.writing(out, "--out", force) as stage:
+        version = naming.next_version(store, name, out)
+        index = _write(store, metas, stage, settings, name, run, version, (aot_mode, aot_arch), progress, cases)
+    naming.record_version(store, name, version, run, [f"{e['source']}/{e['op']}" for e in index["ops"]])
+    return index
+
+
+def _write(store: Store, metas: list[dict], out: Path, settings: Settings, name: str, run: str | None,
+           version: str, aot: tuple[str, int | None], progress, cases: int) -> dict:
+    aot_mode, aot_arch = aot
     pkg = out / name
     pkg.mkdir(parents=True)
     copy_runtime(pkg)
@@ -137,7 +145,6 @@ def export(store: Store, metas: list[dict], out: Path, settings: Settings, name:
     (out / "README.md").write_text(readme(index))
     (out / "tests" / "conftest.py").write_text(CONFTEST)
     (out / "export.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
-    naming.record_version(store, name, version, run, [f"{e['source']}/{e['op']}" for e in entries])
     return index
 
 

@@ -41,7 +41,8 @@ def repair_command(store: Store) -> str:
 
 
 @contextmanager
-def _repairable(store: Store) -> Iterator[None]:
+def repairable(store: Store) -> Iterator[None]:
+    """A damaged document's error, with the command that rebuilds it."""
     try:
         yield
     except IntegrityError as exc:
@@ -49,7 +50,7 @@ def _repairable(store: Store) -> Iterator[None]:
 
 
 def entries(store: Store) -> dict[str, dict[str, Any]]:
-    with _repairable(store):
+    with repairable(store):
         doc = store.read_json(MANIFEST_KEY)
     found = doc.get("entries", {})
     if not isinstance(found, dict) or not all(isinstance(e, dict) and "source" in e and "op_name" in e
@@ -80,7 +81,7 @@ def merger(new_entries: list[dict[str, Any]]) -> Callable[[dict], dict]:
 
 
 def record(store: Store, new_entries: list[dict[str, Any]]) -> dict:
-    with _repairable(store):
+    with repairable(store):
         return store.update_json(MANIFEST_KEY, merger(new_entries))
 
 

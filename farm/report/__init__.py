@@ -11,36 +11,25 @@ May import: every stage below it (farm.export and lower).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from farm.report import collect, figures, page
-from farm.storage import Store
+from farm.storage import Store, owned
 
 STORE_FOLDER = "report"
 
 
-def write_report(store: Store, run: str, out: Path) -> Path:
-    """Write OUT/index.html and its files for `run`; returns the page's path."""
+def write_report(store: Store, run: str, out: Path, force: bool = False) -> Path:
+    """Write OUT/index.html and its files for `run`; returns the page's path. Only the farm's own
+    files in `out` are replaced (farm.storage.owned): --force to write into someone else's folder."""
     figures.pyplot()  # the install hint before any work
     view = collect.load_run(store, run)
-    out.mkdir(parents=True, exist_ok=True)
-    if page.GENERATOR in _read(out / "index.html"):  # an earlier report here: drop its plots and kernels
-        for stale in ("plots", "ops"):
-            shutil.rmtree(out / stale, ignore_errors=True)
-    plots = figures.draw_all(view, out / "plots")
-    links = page.write_kernel_pages(store, view, out)
-    (out / "report.css").write_text(page.CSS)
-    index = out / "index.html"
-    index.write_text(page.index_html(view, plots, links))
-    return index
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
+    with owned.writing(out, "--out", force) as stage:
+        plots = figures.draw_all(view, stage / "plots")
+        links = page.write_kernel_pages(store, view, stage)
+        (stage / "report.css").write_text(page.CSS)
+        (stage / "index.html").write_text(page.index_html(view, plots, links))
+    return out / "index.html"
 
 
 def store_prefix(run: str) -> str:
@@ -50,6 +39,6 @@ def store_prefix(run: str) -> str:
 def publish(store: Store, run: str, folder: Path) -> str:
     """Copy a written report into the store (runs/<run>/report/...); returns the page's key."""
     prefix = store_prefix(run)
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != owned.MARKER):
         store.put_file(f"{prefix}/{path.relative_to(folder).as_posix()}", path)
     return f"{prefix}/index.html"

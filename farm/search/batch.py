@@ -7,6 +7,7 @@ start, its references run and its candidates compile, and the device lease
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import threading
@@ -23,7 +24,7 @@ from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.search import catalog, ledger, results
 from farm.search.controller import OpOutcome, SearchConfig, search_op
-from farm.storage import Store
+from farm.storage import Store, locks
 from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,18 @@ def cached_ops(store: Store, sources: list[str] | None) -> list[tuple[str, str]]
                            if e.get("success") and (not sources or e["source"] in sources)), key="/".join)
 
 
+def _one_writer(fn: Callable) -> Callable:
+    """The run is locked while a batch writes it: a second `farm run`/`farm search` on the same
+    run waits briefly, then fails naming the holder (farm.storage.locks)."""
+    @functools.wraps(fn)
+    def locked(refs, store: Store, run: str, *args, **kwargs):
+        with locks.held(store, locks.run_lock_key(run), f"run {run}"):
+            return fn(refs, store, run, *args, **kwargs)
+
+    return locked
+
+
+@_one_writer
 def search_batch(
     refs: list[corpus.TaskRef],
     store: Store,
@@ -82,7 +95,7 @@ def search_batch(
     on_op = on_op or (lambda phase, row: None)
     load = load or (lambda ref: load_reference(store, ref.source, ref.op))
     catalog.record(store, run, "local", [r.source for r in refs], target, planned=len(refs))
-    done = ledger.read(store, run)
+    done = ledger.read(store, run, force)
     rows: dict[str, dict] = {}
     todo = []
     for ref in refs:

@@ -18,8 +18,8 @@ import os
 import socket
 from typing import Any
 
-from farm.errors import FarmError
-from farm.reference.manifest import now
+from farm.errors import FarmError, IntegrityError
+from farm.reference.manifest import now, repair_command, repairable
 from farm.storage import Store
 
 INDEX_KEY = "runs/index.json"
@@ -42,11 +42,17 @@ def record(store: Store, run: str, kind: str, sources: list[str], target: str, *
         runs[run] = entry
         return {**doc, "runs": runs}
 
-    return store.update_json(INDEX_KEY, mutate)["runs"][run]
+    with repairable(store):
+        return store.update_json(INDEX_KEY, mutate)["runs"][run]
 
 
 def runs(store: Store) -> dict[str, dict]:
-    return store.read_json(INDEX_KEY).get("runs", {})
+    with repairable(store):
+        found = store.read_json(INDEX_KEY).get("runs", {})
+    if not isinstance(found, dict) or not all(isinstance(e, dict) for e in found.values()):
+        raise IntegrityError(f"{store.describe(INDEX_KEY)} is corrupt: 'runs' is not a mapping of run to entries; "
+                             f"rebuild it with `{repair_command(store)}`")
+    return found
 
 
 def entry(store: Store, run: str) -> dict:

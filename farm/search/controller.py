@@ -30,10 +30,11 @@ from farm.generators import Context, Generator, Proposal
 from farm.reference.fitted import fitted
 from farm.reference.manifest import now
 from farm.observe import metrics
-from farm.search import catalog, pipeline, results, selection
+from farm.search import catalog, pipeline, repair, results, selection
 from farm.search.database import Database, Record, normalized_hash
 from farm.search.results import OpOutcome
-from farm.storage import Store
+from farm.search.results import kernel_prefix
+from farm.storage import Store, locks
 from farm.storage.base import dump_json
 from farm.targets import DeviceSpec
 
@@ -124,8 +125,12 @@ class OpSearch:
         key = f"{self.prefix}/state.json"
         if not self.store.exists(key):
             return None
-        state = self.store.read_json(key)
-        results.check_same_reference(state, self.data.get("_sha256"), self.run_name, self.ref.key)
+        with repair.damaged_checkpoint(self.store, key, self.run_name, self.ref.key):
+            state = self.store.read_json(key)
+            results.check_same_reference(state, self.data.get("_sha256"), self.run_name, self.ref.key)
+            return self._restore(state)
+
+    def _restore(self, state: dict) -> dict:
         self.db = Database.from_dict(state["db"])
         # candidates in flight when the previous process died were never finished: drop them
         for rid in [r.id for r in self.db.records.values() if r.verdict == "pending"]:
@@ -469,7 +474,11 @@ class OpSearch:
         summary["confirmation"] = confirmation
         summary["promotion"] = {"allowed": allowed, "reason": why}
         results.write_report(self.store, self.prefix, summary, self.db)
-        promoted = results.promote(self.store, self.target, summary, best) if best and allowed else False
+        promoted = False
+        if best and allowed:  # one writer of the op's kernels at a time (farm.storage.locks)
+            kernels = kernel_prefix(self.target, self.ref.source, self.ref.op)
+            with locks.held(self.store, locks.kernel_lock_key(kernels), f"kernels of {self.ref.key}", wait_s=60):
+                promoted = results.promote(self.store, self.target, summary, best)
         outcome = self._outcome(stop, baseline)
         outcome.promoted, outcome.promotion = promoted, why
         if confirmation and confirmation.get("time_ms") is not None:

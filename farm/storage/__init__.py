@@ -15,6 +15,7 @@ from farm.errors import FarmError
 from farm.storage.base import ObjectInfo, Store, validate_key
 from farm.storage.local import FileStore
 from farm.storage.metered import MeteredStore
+from farm.storage.owned import Owned
 
 __all__ = ["ObjectInfo", "Store", "open_store", "open_folder", "validate_key"]
 
@@ -50,9 +51,12 @@ def _looks_like_url(text: str) -> bool:
 FOLDER_SECRETS = ".secrets/"
 
 
-def open_folder(path: str | Path) -> FileStore:
+def open_folder(path: str | Path, write_as: str | None = None, force: bool = False) -> FileStore:
     """A plain reference-cache folder as the existing tool chain lays it out:
     <dir>/<source>/<op>.pt and <dir>/manifest.json, seen as the store's refs/, plus the store's
-    secrets/ in <dir>/.secrets/, and nothing else written there."""
-    return FileStore(Path(path).expanduser(), strip_prefix="refs/", sidecars=False,
-                     hidden={"secrets/": FOLDER_SECRETS})
+    secrets/ in <dir>/.secrets/, and nothing else written there. `write_as` (the option that
+    named it) opens it to be written: only files the farm wrote there change, and a non-empty
+    folder the farm did not write needs `force` (farm.storage.owned)."""
+    folder = Path(path).expanduser()
+    return FileStore(folder, strip_prefix="refs/", sidecars=False, hidden={"secrets/": FOLDER_SECRETS},
+                     owned=Owned(folder, write_as, force) if write_as else None)

@@ -112,6 +112,14 @@ class Store(ABC):
         `mutate` gets the current document ({} if none) and returns the new one; it may be
         called more than once when another writer got in first."""
 
+    def create_only(self, key: str, data: bytes) -> bool:
+        """Write `data` only if no object `key` exists; False if one does (locks: farm.storage.locks).
+        Backends make it atomic; this fallback is a check, then a write."""
+        if self.head(key) is not None:
+            return False
+        self.put_bytes(key, data)
+        return True
+
     def read_json(self, key: str) -> dict:
         if self.head(key) is None:
             return {}

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 from farm.errors import IntegrityError, StorageError
 from farm.storage.base import ObjectInfo, Store, dump_json, sha256_stream, validate_key, write_error
+from farm.storage.owned import Owned
 
 META_DIR = ".farm-meta"
 READ_ATTEMPTS = 5  # reads of one object overtaken by concurrent replacements before it is called corrupt
@@ -29,8 +30,10 @@ class _Overtaken(Exception):
 
 class FileStore(Store):
     def __init__(self, root: Path, strip_prefix: str = "", sidecars: bool = True,
-                 hidden: dict[str, str] | None = None):
+                 hidden: dict[str, str] | None = None, owned: Owned | None = None):
         self.root = Path(root)
+        # a folder the user named to be written (farm.storage.owned): only the farm's files change
+        self.owned = owned
         self.strip_prefix = strip_prefix
         # key prefixes kept in hidden folders of a plain folder ({"secrets/": ".secrets/"}):
         # tools that read the folder's layout never list them, and a copy of the folder keeps them
@@ -119,6 +122,8 @@ class FileStore(Store):
         sidecar names only the new one. A reader, or a process killed at any step, never sees
         whole data that its sidecar rejects."""
         target = self._path(key)
+        if self.owned is not None:
+            self.owned.check(target)
         holder: dict = {}
 
         def copy(dst):
@@ -132,6 +137,8 @@ class FileStore(Store):
         try:
             self._atomic_write(target, copy, before_replace=switch)
             self._write_meta(key, holder["sha"], holder["size"])
+            if self.owned is not None:
+                self.owned.record(target)
         except OSError as exc:
             raise write_error(str(target), exc) from exc
         return ObjectInfo(key, holder["size"], holder["sha"])
@@ -152,7 +159,29 @@ class FileStore(Store):
 
         return self._put(key, write, None, key)
 
+    def create_only(self, key: str, data: bytes) -> bool:
+        """O_EXCL: of two processes creating the same file, exactly one succeeds."""
+        import hashlib
+
+        target = self._path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise write_error(str(target), exc) from exc
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        self._write_meta(key, hashlib.sha256(data).hexdigest(), len(data))
+        return True
+
     def delete(self, key: str) -> None:
+        if self.owned is not None:
+            self.owned.check(self._path(key))
+            self.owned.forget(self._path(key))
         self._path(key).unlink(missing_ok=True)
         self._meta_path(key).unlink(missing_ok=True)
 
@@ -286,6 +315,8 @@ class FileStore(Store):
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def update_json(self, key: str, mutate: Callable[[dict], dict]) -> dict:
+        if self.owned is not None:  # before reading it: a file of someone else's is not ours to parse
+            self.owned.check(self._path(key))
         with self._lock(key):
             current = self.read_json(key)
             new = mutate(current)

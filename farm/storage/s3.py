@@ -375,6 +375,22 @@ class S3Store(Store):
             finally:
                 self._delete_quietly(probe)
 
+    def create_only(self, key: str, data: bytes) -> bool:
+        """A PUT with If-None-Match: * where the server honours it (one of two writers gets 412);
+        elsewhere the base class's check-then-write."""
+        validate_key(key)
+        if not self.conditional_writes(key):
+            return super().create_only(key, data)
+        try:
+            with self._errors("conditional write", key):
+                self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data, IfNoneMatch="*",
+                                       Metadata={"sha256": hashlib.sha256(data).hexdigest()})
+        except StorageError as exc:
+            if _code(exc.__cause__) in CONFLICT:
+                return False
+            raise
+        return True
+
     def _create_only(self, full_key: str) -> None:
         self.client.put_object(Bucket=self.bucket, Key=full_key, Body=b"", IfNoneMatch="*")
 

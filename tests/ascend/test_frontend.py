@@ -138,3 +138,13 @@ def test_with_the_evaluators_boundary_candidate_code_cannot_write_outside(ascend
     assert report.ok, report.summary()
     unwrapped = frontend.check_source(ascend_frontend_python, source, "ModelNew", [], [torch.randn(100)])
     assert unwrapped.ok and marker.exists()  # the control: without the boundary the write lands
+
+
+def test_setup_frontend_never_fills_a_folder_that_is_not_a_virtualenv(tmp_path):
+    from farm.errors import FarmError
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "pyvenv.cfg").write_text("mine")
+    with pytest.raises(FarmError, match=r"mine \(--venv\) exists and is not a virtualenv"):
+        frontend.setup_frontend(tmp_path / "mine", python="/nonexistent/python")
+    assert (tmp_path / "mine" / "pyvenv.cfg").read_text() == "mine"

@@ -300,7 +300,10 @@ except {PKG}.KernelGradError as exc:
 def test_every_export_of_a_name_has_a_higher_version(farm_run, tmp_path):
     root, env = farm_run
     versions = []
-    for out in (tmp_path / "a", tmp_path / "b", tmp_path / "a"):
+    for i, out in enumerate((tmp_path / "a", tmp_path / "b", tmp_path / "a")):
+        if i == 1:  # what the user adds to an export is theirs: re-exporting keeps it
+            (tmp_path / "a" / "NOTES.md").write_text("mine")
+            (tmp_path / "a" / "kfarm_kernels" / "extra.py").write_text("mine")
         res = subprocess.run([sys.executable, "-m", "farm", "export", "--run", "r1", "--op", "scale2", "--out", str(out),
                               "--cases", "0", "--aot", "off", "--json"], env=env, cwd=root, capture_output=True,
                              text=True, timeout=600)
@@ -310,6 +313,8 @@ def test_every_export_of_a_name_has_a_higher_version(farm_run, tmp_path):
         assert f'version = "{index["version"]}"' in (out / "pyproject.toml").read_text()
     # the default import name is stable (not the run's); PKG's own exports are counted apart
     assert versions == [("kfarm_kernels", "0.1.1"), ("kfarm_kernels", "0.1.2"), ("kfarm_kernels", "0.1.3")]
+    for mine in (tmp_path / "a" / "NOTES.md", tmp_path / "a" / "kfarm_kernels" / "extra.py"):
+        assert mine.read_text() == "mine"
     meta = json.loads((tmp_path / "a" / "kfarm_kernels" / "mini" / "scale2" / "op.json").read_text())
     assert meta["kernels"]["cpu"]["envelope"]["status"] == "exact"  # --cases 0: the stored seed set only
 
@@ -322,6 +327,7 @@ def test_export_errors_are_one_line(farm_run, cli, monkeypatch):
              (["--run", "r1", "--name", "json"], "--name 'json': that is a module of Python's standard library"),
              (["--run", "r1", "--name", "torch"], "--name 'torch': an installed module has that name"),
              (["--run", "r1", "--name", "pytest"], "--name 'pytest': an installed module has that name"),
+             (["--run", "r1", "--name", "class"], "--name 'class': a Python keyword"),
              (["--run", "r1", "--cases", "-1"], "--cases"),
              (["--run", "nope"], "no run 'nope'"),
              (["--run", "r1", "--latest"], "not both"),
@@ -333,6 +339,12 @@ def test_export_errors_are_one_line(farm_run, cli, monkeypatch):
     res = cli("export", "--latest", "--store", f"file://{root / 'empty'}", "--out", root / "bad")
     assert res.exit_code != 0 and "no runs in" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not (root / "bad").exists()
+    # a folder of someone else's is refused before any work, naming it and the way to write anyway
+    (root / "theirs").mkdir()
+    (root / "theirs" / "pyproject.toml").write_text("mine")
+    res = cli("export", "--run", "r1", "--store", store, "--out", root / "theirs")
+    assert res.exit_code == 2 and "theirs (--out) is not empty" in res.stderr and "--force" in res.stderr, res.stderr
+    assert (root / "theirs" / "pyproject.toml").read_text() == "mine"
 
 
 # ---------------------------------------------------------------- AOT

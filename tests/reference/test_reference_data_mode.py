@@ -105,7 +105,7 @@ def test_output_dir_holds_the_tool_chains_layout_and_the_secrets_beside_it(made)
     files = sorted(p.relative_to(made["out"]).as_posix() for p in made["out"].rglob("*"))
     # the benchmark case's .pt as the tools read it; the cases of the space beside it, not a *.pt;
     # the secret seed sets in a hidden folder
-    assert files == [".secrets", ".secrets/akgish", ".secrets/akgish/twice_vllm.pt",
+    assert files == [".kfarm-owned.json", ".secrets", ".secrets/akgish", ".secrets/akgish/twice_vllm.pt",
                      "akgish", "akgish/twice_vllm.cases", "akgish/twice_vllm.pt", "manifest.json"]
     # the existing tools' batch globs <dir>/<source>/*.pt for its own source names: the hidden folder is none
     assert sorted(p.as_posix() for p in made["out"].glob("*/*.pt")) == [(made["out"] / "akgish/twice_vllm.pt").as_posix()]

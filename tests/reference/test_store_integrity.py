@@ -127,3 +127,12 @@ def test_a_corrupt_stored_pt_is_made_again_not_skipped(cli, store_dir):
     [row] = json.loads(result.stdout)["results"]
     assert not row.get("skipped") and row["success"]
     assert load_pt(pt)["op_name"] == "scale2" and cli("cache", "verify").exit_code == 0
+
+
+def test_a_manifest_of_the_wrong_shape_names_its_repair_which_works(cli, store_dir):
+    (store_dir / "refs" / "manifest.json").write_text('{"entries": ["mini/scale2"]}')  # JSON, but not entries
+    result = cli("cache", "ls")
+    flat = " ".join(result.stderr.split())
+    assert result.exit_code == 3 and f"farm cache repair --store file://{store_dir}" in flat, result.output
+    assert cli("cache", "repair").exit_code == 0
+    assert cli("cache", "ls").exit_code == 0
