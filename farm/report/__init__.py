@@ -20,10 +20,15 @@ from farm.storage import Store
 STORE_FOLDER = "report"
 
 
-def write_report(store: Store, run: str, out: Path) -> Path:
-    """Write OUT/index.html and its files for `run`; returns the page's path."""
+def write_report(store: Store, run: str, out: Path, settings=None, found: dict | None = None) -> Path:
+    """Write OUT/index.html and its files for `run`; returns the page's path. `settings` finds
+    the current task files (their results are judged against them: farm.search.provenance);
+    `found`, where given, gets the ops flagged stale and those of unknown provenance."""
     figures.pyplot()  # the install hint before any work
-    view = collect.load_run(store, run)
+    view = collect.load_run(store, run, settings)
+    if found is not None:
+        found["stale"] = {o.key: o.provenance["why"] for o in view.ops if o.stale}
+        found["unknown_provenance"] = [o.key for o in view.ops if o.provenance.get("status") == "unknown"]
     out.mkdir(parents=True, exist_ok=True)
     if page.GENERATOR in _read(out / "index.html"):  # an earlier report here: drop its plots and kernels
         for stale in ("plots", "ops"):

@@ -30,7 +30,7 @@ from farm.generators import Context, Generator, Proposal
 from farm.reference.fitted import fitted
 from farm.reference.manifest import now
 from farm.observe import metrics
-from farm.search import catalog, pipeline, results, selection
+from farm.search import catalog, pipeline, provenance, results, selection
 from farm.search.database import Database, Record, normalized_hash
 from farm.search.results import OpOutcome
 from farm.storage import Store
@@ -68,6 +68,9 @@ class OpSearch:
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
                  eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
                  evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
+        # what every checkpoint, report, outcome and promoted kernel of this search is bound to
+        self.provenance = provenance.current(task_ref, ref_data.get("_sha256"))
+        self.retired = ""  # why a checkpoint of this run was not taken up (made on another task or data)
         # a compact .pt's op: generators and evaluators alike work at the fitted shapes (farm.reference.fitted)
         task_ref, ref_data = fitted(task_ref, ref_data, devices[0])
         self.ref = task_ref
@@ -111,7 +114,8 @@ class OpSearch:
                 "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
-                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at,
+                **{k: self.provenance[k] for k in ("task_sha256", "ref_sha256")}, "provenance": self.provenance,
+                "started_at": self.started_at,
                 "verified": self.verified_by, "outcome": self.final if status == "done" else None}
 
     def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
@@ -125,7 +129,11 @@ class OpSearch:
         if not self.store.exists(key):
             return None
         state = self.store.read_json(key)
-        results.check_same_reference(state, self.data.get("_sha256"), self.run_name, self.ref.key)
+        self.retired = provenance.changed(state, self.provenance)
+        if self.retired:  # judged against another truth: its candidates and verdict are retired, it starts over
+            log.warning("%s: run %s had searched it on other inputs (%s): that result is retired, searched again",
+                        self.ref.key, self.run_name, self.retired)
+            return None
         self.db = Database.from_dict(state["db"])
         # candidates in flight when the previous process died were never finished: drop them
         for rid in [r.id for r in self.db.records.values() if r.verdict == "pending"]:
@@ -366,6 +374,8 @@ class OpSearch:
         outcome when the search has finished, None when it should continue later (the
         distributed search task enqueues its continuation then)."""
         state = None if force else self.restore()
+        if self.retired:
+            force = True  # the fixed costs (seed cases, baselines) of the old data are paid again too
         if state and state["status"] == "done" and not self._budget_raised(state):
             return OpOutcome.from_dict(state["outcome"]) if state.get("outcome") else self._outcome(state["stop_reason"])
         pool: Queue = Queue()
@@ -449,7 +459,7 @@ class OpSearch:
                              "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
                                  self.devices[0], self.config.profile)).fresh_seeds,
                              "profile": self.config.profile, **self.verified_by},
-                "generators": sorted(self.generators), "config": asdict(self.config),
+                "generators": sorted(self.generators), "config": asdict(self.config), "provenance": self.provenance,
                 "no_seed": self.no_seed_text() if not (self.db.records or self.pending_seeds) else ""}
 
     def _finish(self, stop: str, baseline: dict, confirmation: dict | None = None) -> OpOutcome:
@@ -472,12 +482,8 @@ class OpSearch:
         promoted = results.promote(self.store, self.target, summary, best) if best and allowed else False
         outcome = self._outcome(stop, baseline)
         outcome.promoted, outcome.promotion = promoted, why
-        if confirmation and confirmation.get("time_ms") is not None:
-            outcome.speedup_vs_model = (confirmation.get("model") or {}).get("ratio")
-            outcome.speedup_vs_reference = (confirmation.get("reference") or {}).get("ratio")
-            outcome.best_time_ms = confirmation.get("time_ms")
-            outcome.timing_mode = (confirmation.get("timing") or {}).get("mode", "")
-            outcome.fraction_of_limit = (confirmation.get("limit") or {}).get("fraction")
+        if best is not None:  # the op's best speedup as every surface shows it (results.best_speedup)
+            results.with_figures(outcome, summary, best)
         self.final = outcome.as_dict()  # a finished search asked again answers the same (promoted, re-timed)
         self.checkpoint(status="done", stop_reason=stop)
         return outcome
@@ -492,7 +498,8 @@ class OpSearch:
                          error="" if best else self.why_no_kernel(),
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",
                          fraction_of_limit=(best.limit or {}).get("fraction") if best else None,
-                         ref_sha256=self.data.get("_sha256") or "", **results.verified_fields(self.verified_by))
+                         ref_sha256=self.provenance["ref_sha256"] or "", provenance=self.provenance, retired=self.retired,
+                         **results.verified_fields(self.verified_by))
 
 
 def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
