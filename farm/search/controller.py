@@ -70,6 +70,7 @@ class OpSearch:
                  evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
         # what every checkpoint, report, outcome and promoted kernel of this search is bound to
         self.provenance = provenance.current(task_ref, ref_data.get("_sha256"))
+        provenance.check_pair(task_ref, ref_data, self.provenance)
         self.retired = ""  # why a checkpoint of this run was not taken up (made on another task or data)
         # a compact .pt's op: generators and evaluators alike work at the fitted shapes (farm.reference.fitted)
         task_ref, ref_data = fitted(task_ref, ref_data, devices[0])

@@ -90,6 +90,16 @@ def check(doc: dict | None, now: dict) -> dict[str, Any]:
     return {"status": verdict(was, now), "why": describe(was, now), "recorded": was, "current": now}
 
 
+def check_pair(ref: TaskRef, data: dict, now: dict) -> None:
+    """Reference data is searched only with the task file it was made from (the sha256 the .pt
+    records, where it records one): a task edited since would be judged against another truth."""
+    made_from, task = data.get("task_sha256"), now.get("task_sha256")
+    if made_from and task and made_from != task:
+        raise FarmError(f"{ref.path}: its reference data was made from another version of this task file (sha256 "
+                        f"{made_from[:12]}..., now {task[:12]}...): make it again with `farm reference --source "
+                        f"{ref.source} --ops {ref.op} --force` (`farm run` does so by itself)")
+
+
 # ---------------------------------------------------------------- the current task file and reference data
 
 

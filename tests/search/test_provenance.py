@@ -72,7 +72,8 @@ def test_an_edited_task_is_searched_again_and_its_stale_kernel_refused_and_flagg
     report = cli("report", "local-mini-cpu", "--out", tmp_path / "report", "--json")
     assert report.exit_code == 0, report.output
     assert "the task file changed" in json.loads(report.stdout)["stale"]["mini/scale2"]
-    assert "stale" in (tmp_path / "report" / "index.html").read_text()
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert ">stale</span>" in page and "the task file changed" in page
 
     # the next run on the same run name searches it again, says so, and the new kernel is promoted
     again = cli(*args)
@@ -199,3 +200,16 @@ def test_best_json_of_another_task_is_replaced_whatever_its_time(tmp_path):
                "provenance": {"task_sha256": "2" * 64, "ref_sha256": "1" * 64, "farm_version": "x"}}
     assert results.promote(store, "cpu", summary, rec)
     assert store.read_json(KERNEL)["provenance"]["task_sha256"] == "2" * 64
+
+
+def test_reference_data_of_an_older_task_file_is_not_searched(mini):
+    """`farm search` over stored reference data made before the task was edited: the op fails,
+    saying how to make its data again, instead of recording a kernel bound to both versions."""
+    task, store = mini
+    settings, _ = load_settings()
+    refs = find_tasks(settings, ["mini"])
+    assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
+    task.write_text(task.read_text().replace("* 2.0", "* 3.0"))
+    [row] = search_batch(refs, store, "old-data", "cpu", [CPU], [load_generator("tune")], SearchConfig(max_tasks=1))
+    assert row["status"] == "failed" and "made from another version of this task file" in row["error"]
+    assert "farm reference --source mini --ops scale2 --force" in row["error"]
