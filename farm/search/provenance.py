@@ -14,7 +14,8 @@ its own documentation).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import farm
 from farm.corpus.tasks import TaskRef
