@@ -68,10 +68,8 @@ class OpSearch:
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
                  eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
                  evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
-        # what every checkpoint, report, outcome and promoted kernel of this search is bound to
-        self.provenance = provenance.current(task_ref, ref_data.get("_sha256"))
-        provenance.check_pair(task_ref, ref_data, self.provenance)
-        self.retired = ""  # why a checkpoint of this run was not taken up (made on another task or data)
+        self.provenance = provenance.of_search(task_ref, ref_data)  # what its results are bound to
+        self.retired = ""  # what changed since this run's checkpoint of the op, which was then not taken up
         # a compact .pt's op: generators and evaluators alike work at the fitted shapes (farm.reference.fitted)
         task_ref, ref_data = fitted(task_ref, ref_data, devices[0])
         self.ref = task_ref
@@ -115,8 +113,7 @@ class OpSearch:
                 "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
-                **{k: self.provenance[k] for k in ("task_sha256", "ref_sha256")}, "provenance": self.provenance,
-                "started_at": self.started_at,
+                **self.provenance, "provenance": self.provenance, "started_at": self.started_at,
                 "verified": self.verified_by, "outcome": self.final if status == "done" else None}
 
     def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
@@ -130,10 +127,8 @@ class OpSearch:
         if not self.store.exists(key):
             return None
         state = self.store.read_json(key)
-        self.retired = provenance.changed(state, self.provenance)
+        self.retired = provenance.changed(state, self.provenance, f"run {self.run_name}, {self.ref.key}")
         if self.retired:  # judged against another truth: its candidates and verdict are retired, it starts over
-            log.warning("%s: run %s had searched it on other inputs (%s): that result is retired, searched again",
-                        self.ref.key, self.run_name, self.retired)
             return None
         self.db = Database.from_dict(state["db"])
         # candidates in flight when the previous process died were never finished: drop them
@@ -375,8 +370,7 @@ class OpSearch:
         outcome when the search has finished, None when it should continue later (the
         distributed search task enqueues its continuation then)."""
         state = None if force else self.restore()
-        if self.retired:
-            force = True  # the fixed costs (seed cases, baselines) of the old data are paid again too
+        force = force or bool(self.retired)  # the fixed costs (seed cases, baselines) of the old data too
         if state and state["status"] == "done" and not self._budget_raised(state):
             return OpOutcome.from_dict(state["outcome"]) if state.get("outcome") else self._outcome(state["stop_reason"])
         pool: Queue = Queue()

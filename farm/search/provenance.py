@@ -14,6 +14,7 @@ its own documentation).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError
 from farm.reference import manifest
 from farm.storage import Store
+
+log = logging.getLogger(__name__)
 
 CURRENT, STALE, UNKNOWN = "current", "stale", "unknown"
 WHAT = {"task_sha256": "task file", "ref_sha256": "reference data"}
@@ -79,16 +82,27 @@ def describe(was: dict, now: dict) -> str:
     return "matches the current task file and reference data"
 
 
-def changed(doc: dict | None, now: dict) -> str:
-    """What changed since a record was verified ('' where nothing known did)."""
+def changed(doc: dict | None, now: dict, what: str = "") -> str:
+    """What changed since a record was verified ('' where nothing known did); logged for `what`."""
     was = recorded(doc)
-    return describe(was, now) if changes(was, now) else ""
+    if not changes(was, now):
+        return ""
+    log.warning("%s: searched on other inputs before (%s): that result is retired, searched again",
+                what or "a result", describe(was, now))
+    return describe(was, now)
 
 
 def check(doc: dict | None, now: dict) -> dict[str, Any]:
     """A record's provenance judged against the current one, as commands report it."""
     was = recorded(doc)
     return {"status": verdict(was, now), "why": describe(was, now), "recorded": was, "current": now}
+
+
+def of_search(ref: TaskRef, data: dict) -> dict[str, Any]:
+    """The provenance of a search of `ref` on reference data `data` (its "_sha256"), checked."""
+    now = current(ref, data.get("_sha256"))
+    check_pair(ref, data, now)
+    return now
 
 
 def check_pair(ref: TaskRef, data: dict, now: dict) -> None:

@@ -41,12 +41,13 @@ def _flat(text: str) -> str:
 
 def test_an_edited_task_is_searched_again_and_its_stale_kernel_refused_and_flagged(cli, mini, tmp_path):
     task, store = mini
-    args = ("run", "--source", "mini", "--target", "cpu", "--generators", "tune", "--max-tasks", "1", "--json")
+    args = ("run", "--source", "mini", "--target", "cpu", "--generators", "tune", "--max-tasks", "2", "--json")
     first = cli(*args)
     assert first.exit_code == 0, first.output
     [row] = json.loads(first.stdout)["ops"]
+    assert row["promoted"], row
     kernel = store.read_json(KERNEL)
-    assert row["promoted"] and kernel["provenance"]["task_sha256"] == row["provenance"]["task_sha256"]
+    assert kernel["provenance"]["task_sha256"] == row["provenance"]["task_sha256"]
     assert kernel["provenance"]["farm_version"] and "Provenance: task file sha256" in store.get_bytes(
         KERNEL.replace(".json", ".py")).decode()
     # one best speedup: the leaderboard's row, status, the report, fetch all show the same figure
@@ -98,9 +99,10 @@ def test_reference_data_made_again_with_another_seed_retires_the_result(mini, tm
     settings, _ = load_settings()
     refs = find_tasks(settings, ["mini"])
     assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
-    config, gens = SearchConfig(max_tasks=1, max_concurrent=1), [load_generator("tune")]
+    # two candidates: on a loaded machine one may miss its time limit
+    config, gens = SearchConfig(max_tasks=2, max_concurrent=1), [load_generator("tune")]
     [first] = search_batch(refs, store, "seeded", "cpu", [CPU], gens, config)
-    assert first["status"] == "succeeded" and first["promoted"]
+    assert first["status"] == "succeeded" and first["promoted"], first
     [same] = search_batch(refs, store, "seeded", "cpu", [CPU], gens, config)
     assert same["status"] == "skipped" and not same.get("retired")  # nothing changed: skipped as before
     assert all(r["success"] for r in generate_references(refs, store, CPU, 7, "small", 120))
