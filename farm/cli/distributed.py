@@ -28,9 +28,11 @@ from farm.cli.common import (
     settings_with_origin,
     table,
 )
-from farm.cli.run_view import status_table
+from farm.cli.run_view import provenance_lines, status_table
 from farm.config import leaves
 from farm.errors import EXIT_FAILED, FarmError
+from farm.search import provenance
+from farm.search.results import best_speedup, fmt_best
 from farm.storage import open_store
 from farm.targets import get_target
 
@@ -131,6 +133,7 @@ def fetch(
     op: Annotated[Optional[str], typer.Option(help="Only this op.")] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the modules, index.json and README.md to.")] = Path("kernels"),
     force: Annotated[bool, typer.Option("--force", help="Write into a non-empty folder farm did not write (your files there are kept).")] = False,
+    allow_stale: Annotated[bool, typer.Option("--allow-stale", help="Fetch kernels verified on another task file or reference data than the current ones (refused otherwise).")] = False,
     store: StoreOpt = None,
     as_json: bool = JsonOption,
 ) -> None:
@@ -142,13 +145,16 @@ def fetch(
         raise FarmError("give a run or --latest, not both")
     s, st = _store(ctx, store)
     name = latest_run(st) if latest else run
-    index = fetching.export(st, fetching.select(st, name, target, source, op), out_dir, s, name, force)
+    metas = fetching.select(st, name, target, source, op)
+    unknown = provenance.guard(st, s, metas, "fetch", allow_stale)
+    index = fetching.export(st, metas, out_dir, s, name, force)
     if as_json:
         print_json(index)
         return
     out.print(table(f"{len(index['kernels'])} kernel(s) -> {out_dir}", ["module", "speedup vs Model", "median ms", "run"],
-                    [[k["module"], fmt_num(k.get("speedup_vs_model"), ".2f"), fmt_num(k.get("time_ms"), ".4g"),
+                    [[k["module"], fmt_best(best_speedup(k)), fmt_num(k.get("time_ms"), ".4g"),
                       k.get("run")] for k in index["kernels"]]))
+    provenance_lines(index["kernels"], unknown)
 
 
 @handle_errors

@@ -7,7 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm.cli.common import JsonOption, fmt_num, handle_errors, out, print_json, settings, table
+from farm.cli.common import JsonOption, handle_errors, out, print_json, settings, table
+from farm.cli.run_view import provenance_lines
+from farm.search import provenance
+from farm.search.results import fmt_best
 from farm.errors import FarmError
 from farm.storage import open_store
 
@@ -26,6 +29,7 @@ def export(
     cases: Annotated[int, typer.Option("--cases", min=0, help="Cases of each op's shape space the kernel is checked at before dispatch covers the space (0: the stored seed set only).")] = 8,
     aot_mode: Annotated[str, typer.Option("--aot", help="AOT C for CUDA kernels: auto (where a CUDA GPU or --aot-arch allows), on (fail if not), off.")] = "auto",
     aot_arch: Annotated[Optional[int], typer.Option("--aot-arch", help="Generate AOT C for this CUDA architecture (e.g. 90) without a GPU: launches recorded in Triton's interpreter.")] = None,
+    allow_stale: Annotated[bool, typer.Option("--allow-stale", help="Export kernels verified on another task file or reference data than the current ones (refused otherwise).")] = False,
     store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")] = None,
     as_json: bool = JsonOption,
 ) -> None:
@@ -40,6 +44,7 @@ def export(
     name_run = package.latest(st) if latest else run
     pkg = naming.package_name(name)
     metas = package.select(st, name_run, target, source, op)
+    unknown = provenance.guard(st, s, metas, "export", allow_stale)
 
     def progress(i: int, n: int, what: str) -> None:
         if not as_json:
@@ -54,6 +59,8 @@ def export(
                     [[f"{e['source']}/{e['op']}", f"{e['module']}.{e['function']}", ", ".join(e["targets"]),
                       e["truth"] or "none", ", ".join(f"{t}: {v}" for t, v in e["envelope"].items()),
                       ", ".join(layer["kind"] for layer in e["layers"]) or "-",
-                      ", ".join(fmt_num(v, ".2f") for v in e["speedup_vs_model"].values()),
+                      ", ".join(fmt_best({"speedup_vs_model": v, "timing_mode": e["timing_mode"].get(t)})
+                                for t, v in e["speedup_vs_model"].items()),
                       ", ".join(f"{t}: {v}" for t, v in e["aot"].items()) or "-"] for e in index["ops"]]))
     out.print(f"pip install {out_dir} && pytest {out_dir}/tests", highlight=False)
+    provenance_lines(metas, unknown)

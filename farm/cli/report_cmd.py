@@ -20,12 +20,15 @@ def default_out(run: str) -> Path:
     return DEFAULT_DIR / run
 
 
-def write(st: Store, run: str, out_dir: Path | None = None, publish: bool = False, force: bool = False) -> dict:
-    """Write the report (and copy it into the store with publish); what was written, where."""
+def write(st: Store, run: str, out_dir: Path | None = None, publish: bool = False, force: bool = False,
+          s=None) -> dict:
+    """Write the report (and copy it into the store with publish); what was written, where, and
+    the ops it flags stale (verified on another task file or reference data: farm.search.provenance)."""
     import farm.report as reporting
 
-    page = reporting.write_report(st, run, out_dir or default_out(run), force)
-    result = {"run": run, "page": str(page), "uri": page.resolve().as_uri()}
+    found: dict = {}
+    page = reporting.write_report(st, run, out_dir or default_out(run), force, s, found)
+    result = {"run": run, "page": str(page), "uri": page.resolve().as_uri(), **found}
     if publish:
         result["store_key"] = reporting.publish(st, run, page.parent)
     return result
@@ -35,11 +38,11 @@ ReportOption = typer.Option(True, "--report/--no-report", help="Write the run's 
                             "(reports/<run>/index.html; needs the extra `report`).")
 
 
-def try_write(st: Store, run: str, publish: bool = False) -> dict:
+def try_write(st: Store, run: str, publish: bool = False, s=None) -> dict:
     """The report at the end of another command: never fails that command (matplotlib may be
     missing: `farm run` needs only the core dependencies)."""
     try:
-        return write(st, run, publish=publish)
+        return write(st, run, publish=publish, s=s)
     except (FarmError, OSError) as exc:
         return {"error": str(exc)}
 
@@ -51,6 +54,10 @@ def print_line(written: dict) -> None:
     elif written:
         where = f" (also in the store: {written['store_key']})" if written.get("store_key") else ""
         out.print(f"report: {written['page']}{where}", highlight=False, soft_wrap=True)
+    if written.get("stale"):
+        err.print(f"[yellow]{len(written['stale'])} op(s) flagged stale in the report: "
+                  f"{escape('; '.join(f'{k}: {v}' for k, v in written['stale'].items()))}[/]",
+                  highlight=False, soft_wrap=True)
 
 
 @handle_errors
@@ -77,10 +84,14 @@ def report(
     s = settings(ctx, {"store": store})
     st = open_store(s.store, s)
     name = latest_run(st) if latest else run
-    written = write(st, name, out_dir, publish, force)
+    written = write(st, name, out_dir, publish, force, s)
     if as_json:
         print_json(written)
         return
+    if written.get("stale"):
+        err.print(f"[yellow]stale (verified on another task file or reference data; `farm run` searches them again): "
+                  f"{escape('; '.join(f'{k}: {v}' for k, v in written['stale'].items()))}[/]",
+                  highlight=False, soft_wrap=True)
     out.print(f"report of run {name}: {written['page']}", highlight=False, soft_wrap=True)
     out.print(f"open {written['uri']}", highlight=False, soft_wrap=True)
     if written.get("store_key"):

@@ -3,7 +3,8 @@ first when there are thousands) and the lines that say why ops are stalled and w
 
 from __future__ import annotations
 
-from farm.cli.common import fmt_num, table
+from farm.cli.common import say, table
+from farm.search.results import fmt_best
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -27,10 +28,16 @@ def _shown(view: dict) -> list[dict]:
     return sorted(ops, key=key)[:TABLE_ROWS]
 
 
+def _best(row: dict) -> str:
+    """The op's best speedup as every surface writes it (farm.search.results.best_speedup)."""
+    return fmt_best({"speedup_vs_model": row.get("best_speedup"), "timing_mode": row.get("best_timing_mode"),
+                     "retimed": row.get("best_retimed")})
+
+
 def status_table(view: dict):
     shown = _shown(view)
     rows = [[r["op"], "stalled" if r.get("state") == "stalled" else r["phase"], r["reference"], f"{r['chunk']}",
-             f"{r['tried']}", f"{r['passed']}", fmt_num(r["best_speedup"], ".2f"), r["worker"] or "-",
+             f"{r['tried']}", f"{r['passed']}", _best(r), r["worker"] or "-",
              (r.get("stalled") or r["error"] or "")[:60]] for r in shown]
     if len(shown) < len(view["ops"]):
         counts: dict[str, int] = {}
@@ -46,7 +53,7 @@ def status_table(view: dict):
     title = (f"run {view['run']} ({view['spec']['source']} -> {view['spec']['target']}): {view['status']}, "
              f"{t['finished']}/{t['ops']} ops finished, {t['tried']}/{t['budget']} candidates, "
              f"{t['passed']} passed, {eta}")
-    return table(title, ["op", "phase", "reference", "chunks", "tried", "passed", "best x", "worker", "error"], rows)
+    return table(title, ["op", "phase", "reference", "chunks", "tried", "passed", "best vs Model", "worker", "error"], rows)
 
 
 def stalled_lines(view: dict) -> list[str]:
@@ -59,3 +66,15 @@ def stalled_lines(view: dict) -> list[str]:
             reasons.setdefault((r["stalled"], r["fix"]), []).append(r["op"])
     return [f"stalled: {len(ops)} op(s) ({', '.join(ops[:5])}{', ...' if len(ops) > 5 else ''}): {why}; recover: {fix}"
             for (why, fix), ops in reasons.items()]
+
+
+def provenance_lines(kernels: list[dict], unknown: list[str]) -> None:
+    """fetch/export: say which kernels were taken stale (--allow-stale) or of unknown provenance."""
+    stale = [f"{k['target']}/{k['source']}/{k['op']}: {k['provenance_check']['why']}" for k in kernels
+             if (k.get("provenance_check") or {}).get("status") == "stale"]
+    if stale:
+        say(f"{len(stale)} stale kernel(s) taken (--allow-stale): {'; '.join(stale)}", style="bold yellow")
+    if unknown:
+        say(f"{len(unknown)} kernel(s) of unknown provenance (promoted before the farm recorded the task file and "
+            f"reference data they were verified on; `farm run` again verifies them): {', '.join(unknown)}",
+            style="yellow")

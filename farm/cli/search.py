@@ -41,6 +41,7 @@ from farm.search import ledger
 from farm.search.batch import cached_ops, load_reference, summarize
 from farm.search.budget import search_by_headroom
 from farm.search.controller import SearchConfig, search_op
+from farm.search.results import best_speedup
 from farm.storage import locks, open_store
 from farm.targets import DeviceSpec, resolve_device, usable_device
 
@@ -169,7 +170,7 @@ def search(
         run = validate_name(run or _default_run_name(), "run", "--run")
         rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json, ops_per_device)
     _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)",
-            folder=ref_dir or (ref_pt.resolve().parent.parent if ref_pt else None))
+            folder=ref_dir or (ref_pt.resolve().parent.parent if ref_pt else None), s=s)
 
 
 def _default_run_name() -> str:
@@ -297,19 +298,25 @@ def op_progress(progress, bar, total: int, as_json: bool):
 
 
 def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: str = "farm",
-            redo: str = "--force", folder: Path | None = None) -> None:
+            redo: str = "--force", folder: Path | None = None, s=None) -> None:
     totals, url = summarize(rows, profile), st.url
-    written = report_cmd.try_write(st, run) if page else {}
+    written = report_cmd.try_write(st, run, s=s) if page else {}
     if as_json:
         print_json({"run": run, "store": st.url, "summary": totals, "ops": rows, "report": written.get("page")})
     else:
         out.print(leaderboard(rows, f"run {run} ({st.url})"))
-        out.print(" ".join(f"{k}: {v}" for k, v in totals.items() if v or k != "no_unseen_inputs"))
+        out.print(" ".join(f"{k}: {v}" for k, v in totals.items() if v or k not in ("no_unseen_inputs", "retired")))
         report_cmd.print_line(written)
     if totals["skipped"]:
         say(f"{totals['skipped']} op(s) skipped: already finished in run {run} ({url}/{ledger.key(run)}); "
             f"{redo} searches them again, a higher --max-tasks continues them, --run NAME starts a new run",
             style="yellow")
+    retired = [r for r in rows if r.get("retired")]
+    if retired:
+        say(f"{len(retired)} op(s) searched again, not skipped: their task file or reference data changed since run "
+            f"{run} finished them, so those results are retired: "
+            + "; ".join(f"{r['source']}/{r['op']}: {r['retired']}" for r in retired[:5])
+            + (f" (and {len(retired) - 5} more)" if len(retired) > 5 else ""), style="yellow")
     # an op skipped because its search ended in error before is still in error
     unchecked = [f"{r['source']}/{r['op']}" for r in rows if r.get("unseen_inputs") is False
                  and r["status"] in ("succeeded", "skipped")]
@@ -335,7 +342,7 @@ def leaderboard(rows: list[dict], title: str):
     return table(title, ["source", "op", "result", "pass", "best ms", "mode", "vs Model", "vs Reference",
                          "of limit", "promoted", "tried", "stop / error"],
                  [[r["source"], r["op"], _result(r), f"{r.get('passed', 0)}", fmt_num(r.get("best_time_ms"), ".4f"),
-                   r.get("timing_mode") or "-", _vs_model(r), fmt_num(r.get("speedup_vs_reference"), ".2f"),
+                   (best_speedup(r) or {}).get("timing_mode") or "-", _vs_model(r), fmt_num(r.get("speedup_vs_reference"), ".2f"),
                    fmt_num(r.get("fraction_of_limit"), ".2f"), "yes" if r.get("promoted") else "no",
                    r.get("submitted", 0), _stop_text(r)] for r in ordered])
 
@@ -367,10 +374,14 @@ def reference_failures(made: list[dict]) -> list[dict]:
 
 
 def _vs_model(row: dict) -> str:
-    """A ratio not shown faster with confidence is not reported as a speedup."""
-    ratio = row.get("speedup_vs_model")
+    """The op's best speedup (farm.search.results.best_speedup); a ratio not shown faster with
+    confidence is not reported as a speedup."""
+    best = best_speedup(row) or {}
+    ratio = best.get("speedup_vs_model")
     if ratio is None:
         return "-"
+    if not best.get("retimed", True):
+        return f"{ratio:.2f} (not re-timed)"
     if row.get("status") == "succeeded" and not row.get("promoted") and "not faster" in row.get("promotion", ""):
         return f"not faster ({ratio:.2f})"
     return f"{ratio:.2f}"
@@ -434,4 +445,4 @@ def run_local(
         rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec],
                                   gens, config, spec.target.interpret, retry_errors=True, force=force,
                                   on_op=op_progress(progress, bar, len(ok), as_json))
-    _report(failed + rows, name, st, as_json, page, config.profile)
+    _report(failed + rows, name, st, as_json, page, config.profile, s=s)

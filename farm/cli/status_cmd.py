@@ -59,7 +59,7 @@ def status(
     elif len(view["ops"]) > REPORT_MAX_OPS:
         out.print(f"report: `farm report {name}` writes the page ({len(view['ops'])} ops)", highlight=False)
     else:
-        report_cmd.print_line(report_cmd.try_write(st, name))
+        report_cmd.print_line(report_cmd.try_write(st, name, s=s))
 
 
 def _list_runs(st, as_json: bool) -> None:

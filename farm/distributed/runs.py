@@ -22,6 +22,7 @@ from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
 from farm.reference.manifest import now
 from farm.search import catalog, ledger
+from farm.search.results import best_speedup
 from farm.storage import Store
 
 TERMINAL = ("done", "failed", "cancelled")
@@ -186,9 +187,25 @@ def is_local(store: Store, run: str) -> bool:
 
 def _local_row(source: str, op: str, phase: str, **fields: Any) -> dict[str, Any]:
     row = {"source": source, "op": op, "phase": phase, "reference": "local", "chunk": 0, "tried": 0, "passed": 0,
-           "best_speedup": None, "best_time_ms": None, "worker": "local", "redeliveries": 0, "started_at": None,
+           "best_speedup": None, "best_time_ms": None, "best_timing_mode": None, "best_retimed": None, "worker": "local", "redeliveries": 0, "started_at": None,
            "updated_at": None, "error": "", "verdicts": {}}
     return {**row, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def op_best(status: dict) -> dict[str, Any] | None:
+    """An op's best speedup from its status.json (farm.search.results.best_speedup): its
+    outcome's once the search finished, else the search's best so far (not re-timed yet)."""
+    if status.get("outcome"):
+        return best_speedup(status["outcome"])
+    return best_speedup({"speedup_vs_model": status.get("best_speedup"), "time_ms": status.get("best_time_ms"),
+                         "timing_mode": status.get("best_timing_mode"), "retimed": False})
+
+
+def _best_fields(best: dict | None) -> dict[str, Any]:
+    """A status row's best-speedup columns from best_speedup's figure."""
+    best = best or {}
+    return {"best_speedup": best.get("speedup_vs_model"), "best_time_ms": best.get("time_ms"),
+            "best_timing_mode": best.get("timing_mode"), "best_retimed": best.get("retimed")}
 
 
 def _from_ledger(name: str, entry: dict) -> dict[str, Any]:
@@ -196,7 +213,7 @@ def _from_ledger(name: str, entry: dict) -> dict[str, Any]:
     source, _, op = name.partition("/")
     return _local_row(source, op, "done" if entry.get("status") == "done" else "failed",
                       tried=result.get("submitted", 0), passed=result.get("passed", 0),
-                      best_speedup=result.get("speedup_vs_model"), best_time_ms=result.get("best_time_ms"),
+                      **_best_fields(best_speedup(result)),
                       updated_at=entry.get("updated_at"), error=result.get("error", ""))
 
 
@@ -206,10 +223,8 @@ def _from_folder(store: Store, run: str, source: str, op: str, files: set[str], 
     base = f"runs/{run}/{source}/{op}/"
     if "report.json" in files:
         rep = store.read_json(base + "report.json")
-        best = rep.get("best") or {}
         return _local_row(source, op, "failed" if rep.get("status") == "failed" else "done",
-                          tried=rep.get("submitted", 0), passed=rep.get("passed", 0),
-                          best_speedup=best.get("speedup_vs_model"), best_time_ms=best.get("time_ms"),
+                          tried=rep.get("submitted", 0), passed=rep.get("passed", 0), **_best_fields(best_speedup(rep)),
                           started_at=rep.get("started_at"), updated_at=rep.get("finished_at"),
                           error=rep.get("error", ""))
     state = store.read_json(base + "state.json")
@@ -265,7 +280,7 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
         rows.append({"source": spec.source, "op": op, "phase": phase, "stored_phase": stored,
                      "reference": st.get("reference", "-"),
                      "chunk": st.get("chunk", 0), "tried": st.get("tried", 0), "passed": st.get("passed", 0),
-                     "best_speedup": st.get("best_speedup"), "best_time_ms": st.get("best_time_ms"),
+                     **_best_fields(op_best(st)),
                      "worker": st.get("worker", ""), "redeliveries": st.get("redeliveries", 0),
                      "started_at": st.get("started_at"), "updated_at": st.get("updated_at"),
                      "error": st.get("error", ""), "verdicts": st.get("verdicts", {}), "running": st.get("running"),

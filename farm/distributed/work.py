@@ -40,7 +40,7 @@ from farm.corpus import tasks as corpus
 from farm.distributed.coord import BACKOFF_MAX_S, BACKOFF_S, Coordinator, OpLock, Transient, redis_url
 from farm.distributed.publish import enqueue_reference, enqueue_search, reference_task_id, search_task_id  # noqa: F401
 from farm.distributed.queues import DEVICE_ENV, queue_name
-from farm.distributed.runs import RunSpec, load_run, update_op
+from farm.distributed.runs import RunSpec, load_run, op_best, update_op
 from farm.errors import FarmError, IntegrityError, StorageError
 from farm.generators import load_generator
 from farm.observe import metrics
@@ -279,6 +279,7 @@ def _progress(search: OpSearch) -> dict[str, Any]:
     verdicts = Counter(r.verdict for r in search.db.records.values() if r.verdict != "pending")
     return {"chunk": search.chunks_done, "tried": search.db.submitted, "passed": len(search.db.passing()),
             "best_speedup": best.speedup_vs_model if best else None, "best_time_ms": best.time_ms if best else None,
+            "best_timing_mode": (best.timing or {}).get("mode") if best else None,
             "verdicts": dict(sorted(verdicts.items()))}
 
 
@@ -313,13 +314,13 @@ def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int)
         progress = {**_progress(search), "running": None}
         if outcome is not None:
             phase = "failed" if outcome.status == "failed" else "done"
-            update_op(e.store, run, source, op, phase=phase, outcome=outcome.as_dict(), error=outcome.error,
-                      finished_at=now(), **progress)
+            events.best(update_op(e.store, run, source, op, phase=phase, outcome=outcome.as_dict(),
+                                  error=outcome.error, finished_at=now(), **progress))
             return {"chunk": chunk, "status": outcome.status, "best_id": outcome.best_id}
         if load_run(e.store, run)[1].get("cancelled_at"):
             update_op(e.store, run, source, op, phase="cancelled", **progress)
             return {"chunk": chunk, "cancelled": True}
-        update_op(e.store, run, source, op, **progress)
+        events.best(update_op(e.store, run, source, op, **progress))
         return {"chunk": chunk, "next": enqueue_search(spec, source, op, search.chunks_done)}
 
     return run_task("search", delivery, run, source, op, body)
@@ -348,16 +349,16 @@ class CandidateLog:
                 metrics.STAGE_SECONDS.labels(self.target, stage).observe(stages[stage])
         device = metrics.device_label() or info.get("device") or ""
         self.busy_s[device] = self.busy_s.get(device, 0.0) + sum(stages.get(s, 0.0) for s in self.STAGES)
-        if info["verdict"] == "pass" and info.get("speedup_vs_model"):
-            key = (self.target, self.source, self.op)
-            _best_seen[key] = max(info["speedup_vs_model"], _best_seen.get(key, 0.0))
-            metrics.BEST_SPEEDUP.labels(*key).set(_best_seen[key])
+
+    def best(self, status: dict) -> None:
+        """The op's best speedup into the gauge: the figure its status.json gives `farm status`
+        (farm.distributed.runs.op_best), so the two never disagree."""
+        best = op_best(status)
+        if best and best.get("speedup_vs_model") is not None:
+            metrics.BEST_SPEEDUP.labels(self.target, self.source, self.op).set(best["speedup_vs_model"])
 
     def chunk_done(self, wall_s: float) -> None:
         for device, busy in self.busy_s.items():
             metrics.DEVICE_BUSY.labels(self.target, device).set(min(1.0, busy / max(wall_s, 1e-9)))
         self.busy_s.clear()
 
-
-# this process's best per (target, source, op); the gauge's 'max' mode takes the max over processes
-_best_seen: dict[tuple[str, str, str], float] = {}

@@ -26,7 +26,7 @@ from farm.distributed.runs import is_local, load_run
 from farm.errors import FarmError
 from farm.evaluate import verified
 from farm.reference.manifest import now
-from farm.search.results import best_record, kernel_prefix, kernel_source
+from farm.search.results import best_record, best_speedup, fmt_best, kernel_prefix, kernel_source
 from farm.storage import Store, owned
 
 
@@ -139,7 +139,7 @@ def readme(index: dict[str, Any]) -> str:
     for k in kernels:
         ms = "-" if k.get("time_ms") is None else f"{k['time_ms']:.4g}"
         lines.append(f"| `{k['module']}` | {k['description'] or k['source'] + '/' + k['op']} | "
-                     f"{_x(k.get('speedup_vs_model'))} | {_x(k.get('speedup_vs_reference'))} | {ms} | "
+                     f"{fmt_best(best_speedup(k))} | {_x(k.get('speedup_vs_reference'))} | {ms} | "
                      f"{k.get('device_name') or '-'} | {k.get('run')} / {k.get('candidate')} ({k.get('generator')}) |")
     if index.get("report"):
         lines += ["", f"The run's report (plots, lineages, failures): [{index['report']}]({index['report']}), "
@@ -153,6 +153,10 @@ def readme(index: dict[str, Any]) -> str:
               "compare with the original Model and the PyTorch Reference timed the same way.", ""]
     for k in kernels:
         v = k.get("verified") or {}
+        prov, check = k.get("provenance") or {}, k.get("provenance_check") or {}
         lines.append(f"- `{k['module']}`: reference data sha256 {str(v.get('ref_sha256') or '?')[:16]}... "
-                     f"made on {v.get('ref_device') or '?'}; unseen inputs: {verified.describe(v)}.")
+                     f"made on {v.get('ref_device') or '?'}; unseen inputs: {verified.describe(v)}; task file sha256 "
+                     f"{str(prov.get('task_sha256') or '?')[:16]}..., verified by farm {prov.get('farm_version') or '?'}"
+                     + (f"; {check['status'].upper()}: {check['why']}" if check.get("status") in ("stale", "unknown")
+                        else "") + ".")
     return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ from farm.export.package_layers import recognise
 from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, package_init, pyproject, readme
 from farm.reference.manifest import now
 from farm.runtime.compare import DEFAULT_TOLERANCE, through_inputs
-from farm.search.results import best_record, kernel_prefix, kernel_source, op_prefix
+from farm.search.results import best_record, best_speedup, kernel_prefix, kernel_source, op_prefix
 from farm.storage import Store, owned
 
 HERE = Path(__file__).parent
@@ -181,8 +181,12 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
             "envelope": envelope.check(ref, data, folder / f"kernel_{target}.py", device, cases),
             "ref_sha256": pt_sha, "ref_matches": (meta.get("verified") or {}).get("ref_sha256") in (None, pt_sha),
             "config": report.get("config", {}), "command": reproduce_command(meta, report),
-            **{k: meta.get(k) for k in ("run", "candidate", "generator", "device_name", "time_ms", "speedup_vs_model",
-                                        "speedup_vs_reference", "timing", "verified", "baseline")},
+            **{k: meta.get(k) for k in ("run", "candidate", "generator", "device_name", "time_ms",
+                                        "speedup_vs_reference", "timing", "verified", "baseline", "provenance",
+                                        "provenance_check")},
+            # the op's best speedup with its timing mode, as every surface shows it
+            "speedup_vs_model": (best_speedup(meta) or {}).get("speedup_vs_model"),
+            "timing_mode": (best_speedup(meta) or {}).get("timing_mode"),
         }
         if target == "cuda" and aot_mode != "off":
             kernels[target]["aot"] = _export_aot(out, source, op, best, data_file, pt_bytes, aot_mode, aot_arch)
@@ -210,7 +214,8 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
             "interpret": any(k["interpret"] for k in kernels.values()),
             "envelope": {t: k["envelope"]["status"] for t, k in kernels.items()},
             "aot": {t: k["aot"]["status"] for t, k in kernels.items() if "aot" in k},
-            "speedup_vs_model": {t: k["speedup_vs_model"] for t, k in kernels.items()}}
+            "speedup_vs_model": {t: k["speedup_vs_model"] for t, k in kernels.items()},
+            "timing_mode": {t: k["timing_mode"] for t, k in kernels.items()}}
 
 
 def _device_of(target: str) -> dict:

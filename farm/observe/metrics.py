@@ -54,8 +54,9 @@ CANDIDATES = Counter("farm_candidates", "Candidates evaluated, by target, source
                      ["target", "source", "op", "generator", "verdict"])
 STAGE_SECONDS = Histogram("farm_evaluation_stage_seconds", "Time of one evaluation stage (compile, verify, time) "
                           "of a candidate.", ["target", "stage"], buckets=STAGE_BUCKETS)
-BEST_SPEEDUP = Gauge("farm_best_speedup", "Best verified speedup over the original Model seen by this worker pool, "
-                     "per op.", ["target", "source", "op"], multiprocess_mode="max")
+BEST_SPEEDUP = Gauge("farm_best_speedup", "An op's best speedup over the original Model as `farm status` shows it "
+                     "(the re-timed figure once its search finished, the search's best so far before), set by the "
+                     "worker that last checkpointed it.", ["target", "source", "op"], multiprocess_mode="mostrecent")
 DEVICE_BUSY = Gauge("farm_device_busy_ratio", "Fraction of the last search chunk's wall time that candidates spent in "
                     "compile, verify and timing on the device.", ["target", "device"], multiprocess_mode="livemax")
 # the search's pipeline (farm.evaluate.ahead, farm.evaluate.lease, docs/search.md "Pipeline")

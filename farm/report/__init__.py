@@ -19,11 +19,18 @@ from farm.storage import Store, owned
 STORE_FOLDER = "report"
 
 
-def write_report(store: Store, run: str, out: Path, force: bool = False) -> Path:
+def write_report(store: Store, run: str, out: Path, force: bool = False, settings=None,
+                 found: dict | None = None) -> Path:
     """Write OUT/index.html and its files for `run`; returns the page's path. Only the farm's own
-    files in `out` are replaced (farm.storage.owned): --force to write into someone else's folder."""
+    files in `out` are replaced (farm.storage.owned): --force to write into someone else's folder.
+    `settings` finds the current task files (their results are judged against them:
+    farm.search.provenance); `found`, where given, gets the ops flagged stale and those of
+    unknown provenance."""
     figures.pyplot()  # the install hint before any work
-    view = collect.load_run(store, run)
+    view = collect.load_run(store, run, settings)
+    if found is not None:
+        found["stale"] = {o.key: o.provenance["why"] for o in view.ops if o.stale}
+        found["unknown_provenance"] = [o.key for o in view.ops if o.provenance.get("status") == "unknown"]
     with owned.writing(out, "--out", force) as stage:
         plots = figures.draw_all(view, stage / "plots")
         links = page.write_kernel_pages(store, view, stage)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.errors import FarmError
-from farm.search import catalog
+from farm.search import catalog, provenance
+from farm.search.results import best_speedup
 from farm.storage import Store
 
 RUNS = "runs/"
@@ -43,6 +44,13 @@ class OpView:
     started_at: str | None = None
     finished_at: str | None = None
     promoted: bool | None = None
+    ledger_result: dict = field(default_factory=dict)  # the ledger entry's result, where a batch recorded one
+    provenance: dict = field(default_factory=dict)  # farm.search.provenance.check of its result; {} not judged
+
+    @property
+    def stale(self) -> bool:
+        """Its result was verified on another task file or reference data than the current ones."""
+        return self.provenance.get("status") == provenance.STALE
 
     @property
     def key(self) -> str:
@@ -68,6 +76,8 @@ class OpView:
         best = self.best
         if not best:
             return None
+        if basis == "model" and self.summary.get("best"):  # the one definition every surface shows
+            return (best_speedup(self.summary) or {}).get("speedup_vs_model")
         retimed = self.retimed(basis)
         if retimed is not None:
             return retimed
@@ -131,7 +141,9 @@ def latest_run(store: Store) -> str:
 # ---------------------------------------------------------------- reading one run
 
 
-def load_run(store: Store, run: str) -> RunView:
+def load_run(store: Store, run: str, settings=None) -> RunView:
+    """The run's ops as the store holds them, each finished one's result judged against the
+    current task file (where `settings` finds this machine's corpus) and reference data."""
     spec = store.read_json(f"{RUNS}{run}/run.json")
     ledger = store.read_json(f"{RUNS}{run}/ledger.json").get("ops", {})
     found = _op_dirs(store, run)
@@ -144,7 +156,19 @@ def load_run(store: Store, run: str) -> RunView:
         raise FarmError(f"no run {run!r} in {store.url}: `farm report --latest` takes the newest "
                         f"(runs here: {', '.join(sorted(run_names(store))) or 'none'})")
     kind = "distributed" if spec else ("batch" if ledger else "search")
+    judge_provenance(store, settings, ops)
     return RunView(run, store.url, kind, ops, spec, spec.get("created_at") if spec else None)
+
+
+def judge_provenance(store: Store, settings, ops: list[OpView]) -> None:
+    """Each op with a kernel: its result's provenance (report.json, else its ledger entry) against
+    the current task file and reference data (farm.search.provenance); unknown where it recorded none."""
+    found = [o for o in ops if o.best]
+    docs = {(o.source, o.op): (o.summary if o.summary.get("verified") or o.summary.get("provenance")
+                               else o.ledger_result) for o in found}
+    judged = provenance.judge(store, settings, docs) if docs else {}
+    for o in found:
+        o.provenance = judged[(o.source, o.op)]
 
 
 def _op_dirs(store: Store, run: str) -> dict[tuple[str, str], set[str]]:
@@ -192,6 +216,7 @@ def _apply_ledger(view: OpView, entry: dict | None) -> None:
     if entry.get("status") == "error" or result.get("status") == "failed":
         view.status, view.error = "failed", result.get("error", "")
     view.promoted = result.get("promoted")
+    view.ledger_result = result
     view.finished_at = view.finished_at or entry.get("updated_at")
 
 

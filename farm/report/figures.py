@@ -14,6 +14,7 @@ from typing import Any
 from farm.errors import FarmError
 from farm.report import collect
 from farm.report.collect import OpView, RunView
+from farm.search.results import best_speedup, fmt_best
 
 INSTALL_HINT = "farm report draws its plots with matplotlib: pip install 'kernel-farm[report]'"
 
@@ -100,7 +101,10 @@ def _no_speedup_text(op: OpView) -> str:
 
 
 def progress_chart(run: RunView):
-    """Best speedup so far against candidates evaluated, one line per op that has a pass."""
+    """Best speedup so far against candidates evaluated, one line per op that has a pass: the
+    search's own figure per candidate, and where the search finished, a star at the op's best
+    speedup (farm.search.results.best_speedup: re-timed against the Model), the figure the
+    table and every other surface show, which may differ from the search's."""
     series = [(o, *collect.best_so_far(o)) for o in run.ops]
     series = [(o, basis, ys) for o, basis, ys in series if any(y is not None for y in ys)]
     if not series:
@@ -109,12 +113,15 @@ def progress_chart(run: RunView):
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for op, basis, ys in series:
         xs = [i + 1 for i, y in enumerate(ys) if y is not None]
-        ax.step(xs, [y for y in ys if y is not None], where="post", marker="o", markersize=3,
-                label=f"{op.key} ({BASIS_LABELS[basis]})")
+        best = best_speedup(op.summary) if basis == "model" and op.summary.get("best") else None
+        label = f"{op.key} ({BASIS_LABELS[basis]})" + (f"; best {fmt_best(best)}" if best else "")
+        [line] = ax.step(xs, [y for y in ys if y is not None], where="post", marker="o", markersize=3, label=label)
+        if best and best.get("speedup_vs_model"):
+            ax.plot([xs[-1]], [best["speedup_vs_model"]], marker="*", markersize=11, color=line.get_color())
     ax.set_yscale("log")
     ax.axhline(1.0, color="#424242", linewidth=1, linestyle="--")
     ax.set_xlabel("candidates evaluated (in the order they were proposed)")
-    ax.set_ylabel("best speedup so far (log)")
+    ax.set_ylabel("best search figure so far (log)\n* the op's best, re-timed")
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 

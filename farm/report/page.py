@@ -66,7 +66,7 @@ def na(text: str = NOT_MEASURED) -> str:
 
 
 def badge(status: str) -> str:
-    colors = {"succeeded": "#2e7d32", "zero_pass": "#ef6c00", "failed": "#c62828", "running": "#1565c0",
+    colors = {"succeeded": "#2e7d32", "zero_pass": "#ef6c00", "failed": "#c62828", "running": "#1565c0", "stale": "#6a1b9a",
               "queued": "#757575", "cancelled": "#424242", **VERDICT_COLORS}
     return f'<span class="badge" style="background:{colors.get(status, "#757575")}">{esc(status)}</span>'
 
@@ -114,7 +114,7 @@ def summary_section(run: RunView, totals: dict[str, Any]) -> str:
                    for name, value, sub in cards)
     note = f'<p class="note">{esc(CPU_NOTE)}</p>' if "cpu" in totals["targets"] else ""
     return (f'<h2 id="summary">Summary</h2><div class="cards">{grid}</div>'
-            f'<p>Verdicts: {verdicts or na("no candidate evaluated")}</p>{note}')
+            f'<p>Verdicts: {verdicts or na("no candidate evaluated")}</p>{note}{stale_note(run)}')
 
 
 def _rate(totals: dict[str, Any]) -> str:
@@ -177,6 +177,26 @@ def verified_text(op: OpView) -> str:
 
 
 
+def provenance_note(op: OpView) -> str:
+    """The 'stale' marker of a result verified on another task file or reference data than the
+    current ones (farm.search.provenance), or the word that its provenance is unknown."""
+    judged = op.provenance
+    if not judged or judged["status"] == "current":
+        return ""
+    if op.stale:
+        return f'<br>{badge("stale")} <strong>{esc(judged["why"])}</strong>: search it again (farm run)'
+    return f'<br><span class="muted">provenance unknown: {esc(judged["why"])}</span>'
+
+
+def stale_note(run: RunView) -> str:
+    stale = [o.key for o in run.ops if o.stale]
+    if not stale:
+        return ""
+    return (f'<p class="note">{badge("stale")} {len(stale)} op(s) show results verified on another task file or '
+            f'reference data than the current ones, not the best of the task as it is now: {esc(", ".join(stale))}. '
+            f'Search them again (farm run) to replace them.</p>')
+
+
 def ops_table(run: RunView, links: dict[str, dict[str, str]]) -> str:
     head = ("<tr><th>op</th><th>status</th><th>tried / passed</th><th>best kernel</th><th>median ms</th>"
             + "".join(f"<th>{esc(BASIS_LABELS[b])}</th>" for b, _ in collect.BASELINES)
@@ -190,6 +210,7 @@ def _op_row(op: OpView, link: dict[str, str]) -> str:
     status = badge(op.status) + (f'<br><span class="muted">{esc(op.stop_reason)}</span>' if op.stop_reason else "")
     if op.error:
         status += f'<br><span class="muted">{esc(op.error[:200])}</span>'
+    status += provenance_note(op)
     speedups = "".join(f'<td class="num">{fmt_x(op.speedup(b)) if best else na("no kernel")}<br><span class="muted">{baseline_text(op, b)}</span></td>'
                        for b, _ in collect.BASELINES)
     kernel = " · ".join(f'<a href="{esc(href)}">{esc(name)}</a>' for name, href in link.items()) or na("none")
@@ -209,7 +230,8 @@ def _op_row(op: OpView, link: dict[str, str]) -> str:
 PLOT_TEXT = {
     "speedup": ("Speedup per op", "Best verified kernel of each op against each baseline the search measured.",
                 "No op has a passing kernel: there is no speedup to plot."),
-    "progress": ("Search progress", "Best speedup so far against candidates evaluated, per op.",
+    "progress": ("Search progress", ("The search's best figure so far against candidates evaluated, per op; the star "
+                                     "is the op's best speedup as the table shows it (re-timed against the Model)."),
                  "No candidate passed in any op: the search made no measurable progress to plot."),
     "verdicts": ("Verdicts per generator", "What became of the candidates each generator proposed.",
                  "No candidate was evaluated."),

@@ -22,7 +22,7 @@ from farm.errors import FarmError, IntegrityError
 from farm.generators import Generator
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
-from farm.search import catalog, ledger, results
+from farm.search import catalog, ledger, provenance
 from farm.search.controller import OpOutcome, SearchConfig, search_op
 from farm.storage import Store, locks
 from farm.targets import DeviceSpec
@@ -88,7 +88,9 @@ def search_batch(
     the order of `refs`. `budgets` ("source/op" -> candidates) overrides config.max_tasks per op
     (farm.search.budget spends a batch's candidates where the headroom is). `load(ref)` gives an
     op's reference data (default: the store's; a copied folder's for `farm search --ref-dir`);
-    `current_sha(ref)` its sha256, so that an op finished on other reference data is not skipped."""
+    `current_sha(ref)` its sha256 (default: the store's manifest's). An op finished on another
+    task file or reference data than it has now is searched again, its row saying why
+    ("retired"), never skipped as done."""
     budgets = budgets or {}
     config_of = {ref.key: replace(config, max_tasks=budgets[ref.key]) if ref.key in budgets else config
                  for ref in refs}
@@ -96,15 +98,13 @@ def search_batch(
     load = load or (lambda ref: load_reference(store, ref.source, ref.op))
     catalog.record(store, run, "local", [r.source for r in refs], target, planned=len(refs))
     done = ledger.read(store, run, force)
+    stale = _stale(refs, done, store, run, current_sha) if not force else {}
     rows: dict[str, dict] = {}
     todo = []
     for ref in refs:
         name = ref.key
-        changed = _reference_changed(done.get(name), ref, current_sha, run) if current_sha and not force else ""
-        if changed:  # neither skipped as done nor continued: the ledger keeps what it had
-            rows[name] = {"source": ref.source, "op": ref.op, "status": "failed", "stop_reason": "reference changed",
-                          "error": changed, "submitted": 0, "passed": 0}
-            on_op("done", rows[name])
+        if name in stale:  # finished on another task file or reference data: searched again, from scratch
+            todo.append(ref)
         elif ledger.should_skip(done.get(name), retry_errors, force, config_of[name].max_tasks):
             row = {"source": ref.source, "op": ref.op, "status": "skipped",
                    "previous": done[name]["status"], **done[name].get("result", {})}
@@ -119,8 +119,10 @@ def search_batch(
     def one(ref: corpus.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
-        row = _search_one(ref, load, store, run, target, devices, generators, config_of[ref.key], force, on_event,
-                          cancel)
+        row = _search_one(ref, load, store, run, target, devices, generators, config_of[ref.key],
+                          force or ref.key in stale, on_event, cancel)
+        if ref.key in stale:
+            row["retired"] = stale[ref.key]
         with lock:
             ledger.record(store, run, ref.key, "error" if row["status"] == "failed" else "done", row)
             rows[ref.key] = row
@@ -135,12 +137,21 @@ def search_batch(
     return [rows[ref.key] for ref in refs]
 
 
-def _reference_changed(entry: dict | None, ref: corpus.TaskRef, current_sha: Callable[[corpus.TaskRef], str | None],
-                       run: str) -> str:
-    """Why an op that this run finished on other reference data is not taken up again ("" if it was not)."""
-    was = ((entry or {}).get("result") or {}).get("ref_sha256")
-    now = current_sha(ref) if was else None
-    return results.changed_reference(run, ref.key, was, now) if was and now and was != now else ""
+def _stale(refs: list[corpus.TaskRef], done: dict[str, dict], store: Store, run: str,
+           current_sha: Callable[[corpus.TaskRef], str | None] | None) -> dict[str, str]:
+    """name -> why, for each op this run finished on another task file or reference data than
+    it has now (farm.search.provenance): not skipped as done; the run says its result is retired."""
+    listed = provenance.reference_shas(store) if current_sha is None else None
+    out = {}
+    for ref in refs:
+        result = (done.get(ref.key) or {}).get("result") or {}
+        if not result:
+            continue
+        now = provenance.current(ref, current_sha(ref) if current_sha else listed(ref.source, ref.op))
+        was = provenance.recorded(result)
+        if provenance.changes(was, now):
+            out[ref.key] = provenance.describe(was, now)
+    return out
 
 
 def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskRef], parallel: int,
@@ -185,7 +196,9 @@ def summarize(rows: list[dict], profile: str = "farm") -> dict[str, Any]:
                            "failed": count("failed"), "skipped": count("skipped"),
                            # passes that rest on the .pt alone (farm.evaluate.verified)
                            "no_unseen_inputs": sum(1 for r in rows if r.get("unseen_inputs") is False
-                                                   and r["status"] in ("succeeded", "skipped"))}
+                                                   and r["status"] in ("succeeded", "skipped")),
+                           # finished before on another task file or reference data: searched again
+                           "retired": sum(1 for r in rows if r.get("retired"))}
     for p in profiles.get(profile).fast_p:
         out[f"fast_{p:g}"] = round(profiles.fast_p(rows, p), 4)
     return out

@@ -87,7 +87,9 @@ def search_by_headroom(refs: list, store, run: str, target: str, devices: list, 
         again = search_batch(more, store, run, target, devices, generators, config,
                              budgets={ref.key: budgets[ref.key] for ref in more},
                              on_op=lambda phase, row: on_op("more", row) if phase == "done" else None, **kwargs)
-        by_key.update({f"{r['source']}/{r['op']}": r for r in again})
+        for row in again:  # the first pass's word that an earlier result was retired stays
+            key = f"{row['source']}/{row['op']}"
+            by_key[key] = {**row, "retired": row.get("retired") or by_key[key].get("retired") or ""}
     out = []
     for ref in refs:
         row = by_key[ref.key]

@@ -30,7 +30,7 @@ from farm.generators import Context, Generator, Proposal
 from farm.reference.fitted import fitted
 from farm.reference.manifest import now
 from farm.observe import metrics
-from farm.search import catalog, pipeline, repair, results, selection
+from farm.search import catalog, pipeline, provenance, repair, results, selection
 from farm.search.database import Database, Record, normalized_hash
 from farm.search.results import OpOutcome
 from farm.search.results import kernel_prefix
@@ -69,6 +69,8 @@ class OpSearch:
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
                  eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
                  evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
+        self.provenance = provenance.of_search(task_ref, ref_data)  # what its results are bound to
+        self.retired = ""  # what changed since this run's checkpoint of the op, which was then not taken up
         # a compact .pt's op: generators and evaluators alike work at the fitted shapes (farm.reference.fitted)
         task_ref, ref_data = fitted(task_ref, ref_data, devices[0])
         self.ref = task_ref
@@ -112,7 +114,7 @@ class OpSearch:
                 "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
-                "task_sha256": self.ref.sha256(), "ref_sha256": self.data.get("_sha256"), "started_at": self.started_at,
+                **self.provenance, "provenance": self.provenance, "started_at": self.started_at,
                 "verified": self.verified_by, "outcome": self.final if status == "done" else None}
 
     def checkpoint(self, status: str = "running", stop_reason: str = "") -> None:
@@ -127,7 +129,9 @@ class OpSearch:
             return None
         with repair.damaged_checkpoint(self.store, key, self.run_name, self.ref.key):
             state = self.store.read_json(key)
-            results.check_same_reference(state, self.data.get("_sha256"), self.run_name, self.ref.key)
+            self.retired = provenance.changed(state, self.provenance, f"run {self.run_name}, {self.ref.key}")
+            if self.retired:  # judged against another truth: its candidates and verdict are retired, it starts over
+                return None
             return self._restore(state)
 
     def _restore(self, state: dict) -> dict:
@@ -371,6 +375,7 @@ class OpSearch:
         outcome when the search has finished, None when it should continue later (the
         distributed search task enqueues its continuation then)."""
         state = None if force else self.restore()
+        force = force or bool(self.retired)  # the fixed costs (seed cases, baselines) of the old data too
         if state and state["status"] == "done" and not self._budget_raised(state):
             return OpOutcome.from_dict(state["outcome"]) if state.get("outcome") else self._outcome(state["stop_reason"])
         pool: Queue = Queue()
@@ -454,7 +459,7 @@ class OpSearch:
                              "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
                                  self.devices[0], self.config.profile)).fresh_seeds,
                              "profile": self.config.profile, **self.verified_by},
-                "generators": sorted(self.generators), "config": asdict(self.config),
+                "generators": sorted(self.generators), "config": asdict(self.config), "provenance": self.provenance,
                 "no_seed": self.no_seed_text() if not (self.db.records or self.pending_seeds) else ""}
 
     def _finish(self, stop: str, baseline: dict, confirmation: dict | None = None) -> OpOutcome:
@@ -481,12 +486,8 @@ class OpSearch:
                 promoted = results.promote(self.store, self.target, summary, best)
         outcome = self._outcome(stop, baseline)
         outcome.promoted, outcome.promotion = promoted, why
-        if confirmation and confirmation.get("time_ms") is not None:
-            outcome.speedup_vs_model = (confirmation.get("model") or {}).get("ratio")
-            outcome.speedup_vs_reference = (confirmation.get("reference") or {}).get("ratio")
-            outcome.best_time_ms = confirmation.get("time_ms")
-            outcome.timing_mode = (confirmation.get("timing") or {}).get("mode", "")
-            outcome.fraction_of_limit = (confirmation.get("limit") or {}).get("fraction")
+        if best is not None:  # the op's best speedup as every surface shows it (results.best_speedup)
+            results.with_figures(outcome, summary, best)
         self.final = outcome.as_dict()  # a finished search asked again answers the same (promoted, re-timed)
         self.checkpoint(status="done", stop_reason=stop)
         return outcome
@@ -501,7 +502,8 @@ class OpSearch:
                          error="" if best else self.why_no_kernel(),
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",
                          fraction_of_limit=(best.limit or {}).get("fraction") if best else None,
-                         ref_sha256=self.data.get("_sha256") or "", **results.verified_fields(self.verified_by))
+                         ref_sha256=self.provenance["ref_sha256"] or "", provenance=self.provenance, retired=self.retired,
+                         **results.verified_fields(self.verified_by))
 
 
 def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,

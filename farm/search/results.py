@@ -22,8 +22,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from farm.errors import FarmError
 from farm.evaluate import verified
+from farm.search import provenance
 from farm.search.database import Database, Record
 from farm.storage import Store
 from farm.storage.base import dump_json
@@ -51,6 +51,9 @@ class OpOutcome:
     timing_mode: str = ""
     fraction_of_limit: float | None = None
     ref_sha256: str = ""  # the reference data searched on: a batch does not skip an op whose data changed
+    provenance: dict = field(default_factory=dict)  # task file, reference data, farm version (farm.search.provenance)
+    retimed: bool | None = None  # the figures are the end-of-search re-timing's (best_speedup); None: not recorded
+    retired: str = ""  # what changed since this run's earlier result of the op, which was retired (searched again)
     unseen_inputs: bool | None = None  # passes checked beyond the .pt (farm.evaluate.verified)
     verified: str = ""
 
@@ -125,6 +128,7 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
         f"Verified: outputs against the reference data {how.get('ref_sha256', '?')[:16]}... "
         f"({how.get('ref_device', '?')}), a bitwise-identical second run, unchanged inputs,\n"
         f"Triton launches observed at run time, and {_unseen(how)}; tolerance policy farm/runtime/compare.py.\n"
+        f"{_provenance_line(summary.get('provenance'))}\n"
         f"Use: from best import ModelNew; ModelNew(*get_init_inputs())(*inputs)\n"
         f'"""\n'
     )
@@ -133,6 +137,15 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
 def confirmed_figures(summary: dict[str, Any], rec: Record) -> dict[str, Any]:
     """The figures a promoted kernel is reported with: the re-timing's where there is one."""
     return figures_of(summary.get("confirmation"), candidate_row(rec))
+
+
+def with_figures(outcome: OpOutcome, summary: dict[str, Any], rec: Record) -> None:
+    """An outcome's figures: the promoted kernel's (confirmed_figures), as best_speedup reads them."""
+    figures = confirmed_figures(summary, rec)
+    outcome.speedup_vs_model, outcome.speedup_vs_reference = figures["speedup_vs_model"], figures["speedup_vs_reference"]
+    outcome.best_time_ms, outcome.timing_mode = figures["time_ms"], figures["timing_mode"]
+    outcome.fraction_of_limit = figures["fraction_of_limit"]
+    outcome.retimed = (summary.get("confirmation") or {}).get("time_ms") is not None
 
 
 def figures_of(confirmation: dict | None, best: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +160,48 @@ def figures_of(confirmation: dict | None, best: dict[str, Any]) -> dict[str, Any
     return {"time_ms": best.get("time_ms"), "timing_mode": (best.get("timing") or {}).get("mode", "events"),
             "speedup_vs_model": best.get("speedup_vs_model"), "speedup_vs_reference": best.get("speedup_vs_reference"),
             "limit": best.get("limit"), "fraction_of_limit": (best.get("limit") or {}).get("fraction")}
+
+
+def _provenance_line(prov: dict | None) -> str:
+    prov = prov or {}
+    return (f"Provenance: task file sha256 {str(prov.get('task_sha256') or '?')[:16]}..., reference data sha256 "
+            f"{str(prov.get('ref_sha256') or '?')[:16]}..., verified by farm {prov.get('farm_version') or '?'}")
+
+
+def best_speedup(doc: dict | None) -> dict[str, Any] | None:
+    """THE best speedup of an op: the one figure the leaderboard, `farm status`, the report, the
+    metrics, `farm fetch` and `farm export` show. It is the best kernel's speedup over the
+    original Model as re-timed against it in a fresh runner at the end of the search (the
+    figure promotion decided on), else (no re-timing: a search still running, a replay) the
+    search's own figure; always with the timing mode it was measured in, and whether it was
+    re-timed. `doc` is any record of an op's search: a report.json summary (confirmation and
+    best), best.json, or an outcome (a batch row, a ledger entry's result, a status.json's
+    outcome, which hold the figures this function gave when the search finished). None where
+    nothing passed."""
+    if not doc:
+        return None
+    if "best" in doc:  # report.json's summary: the best candidate's row and the re-timing
+        if not doc.get("best"):
+            return None
+        fig = figures_of(doc.get("confirmation"), doc["best"])
+        retimed = (doc.get("confirmation") or {}).get("time_ms") is not None
+    else:  # best.json (figures_of's output at its top), an outcome (best_time_ms), a progress record
+        fig = {"speedup_vs_model": doc.get("speedup_vs_model"), "timing_mode": doc.get("timing_mode") or "",
+               "time_ms": doc.get("time_ms", doc.get("best_time_ms"))}
+        conf = doc.get("confirmation")
+        retimed = (conf or {}).get("time_ms") is not None if "confirmation" in doc else doc.get("retimed") is not False
+    if fig.get("speedup_vs_model") is None and fig.get("time_ms") is None:
+        return None
+    return {"speedup_vs_model": fig.get("speedup_vs_model"), "timing_mode": fig.get("timing_mode") or "",
+            "time_ms": fig.get("time_ms"), "retimed": retimed}
+
+
+def fmt_best(best: dict | None, digits: int = 2) -> str:
+    """A best speedup as every text surface writes it: '1.08x (events)', '0.95x (graph, not re-timed)'."""
+    if not best or best.get("speedup_vs_model") is None:
+        return "-"
+    extra = ", not re-timed" if not best.get("retimed", True) else ""
+    return f"{best['speedup_vs_model']:.{digits}f}x ({best.get('timing_mode') or '?'}{extra})"
 
 
 def _unseen(how: dict) -> str:
@@ -174,7 +229,7 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
             "device_name": summary.get("device_name"), "timing": rec.timing, "verified": summary.get("verified", {}),
             "unseen_inputs": unseen,
             "baseline": summary.get("baseline", {}), "confirmation": summary.get("confirmation"),
-            "promotion": summary.get("promotion"),
+            "promotion": summary.get("promotion"), "provenance": summary.get("provenance") or {},
             "kernel_source": source, "kernel_sha256": hashlib.sha256(source.encode()).hexdigest()}
     won = []
 
@@ -192,6 +247,8 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
 
 def replaces(current: dict, new: dict) -> bool:
     """Whether a new best takes the place of the current one."""
+    if provenance.changes(provenance.recorded(current), new.get("provenance") or {}):
+        return True  # verified on another task file or reference data: not a best to beat, retired
     unseen = bool(new.get("unseen_inputs"))
     was_unseen = verified.unseen_checked(current.get("verified"))
     if not unseen and was_unseen:
@@ -237,19 +294,6 @@ def baseline_spread(baseline: dict, kept: tuple[str, ...]) -> dict:
     """How each baseline's median was measured (reps, spread, timer), for reports."""
     return {k[:-len("_timing")]: {f: v[f] for f in kept if f in v}
             for k, v in baseline.items() if k.endswith("_timing") and isinstance(v, dict)}
-
-
-def check_same_reference(state: dict, ref_sha256: str | None, run: str, name: str) -> None:
-    """A checkpoint goes on only with the reference data it was verified on: a folder copied
-    again with a newer .pt must not mix candidates judged against two truths."""
-    was = state.get("ref_sha256")
-    if was and ref_sha256 and was != ref_sha256:
-        raise FarmError(changed_reference(run, name, was, ref_sha256))
-
-
-def changed_reference(run: str, name: str, was: str, now: str) -> str:
-    return (f"run {run} searched {name} on other reference data (sha256 {was[:12]}...) than it has now "
-            f"({now[:12]}...): search it in a new run (--run NAME) to keep both, or again in this one with --force")
 
 
 def verified_fields(how: dict) -> dict[str, Any]:

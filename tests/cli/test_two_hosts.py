@@ -182,7 +182,8 @@ def test_ops_the_manifest_lists_but_the_folder_lacks_fail_with_the_reason(target
 
 def test_a_newer_pt_than_the_run_searched_is_not_skipped_and_not_mixed(target_host, cli):
     """The folder copied again with a newer .pt: the finished op is not skipped as done, and its
-    checkpoint (judged against the old data) is not continued: the message says how to go on."""
+    checkpoint (judged against the old data) is not continued: it is retired, searched again
+    from scratch on the new data, and the run says so (farm.search.provenance)."""
     refs, store = target_host / "refs", target_host / "store"
     run, state = store / "runs" / "refs-cpu", store / "runs" / "refs-cpu" / "sglang" / "twice_pure" / "state.json"
     state.parent.mkdir(parents=True)
@@ -191,11 +192,12 @@ def test_a_newer_pt_than_the_run_searched_is_not_skipped_and_not_mixed(target_ho
         "status": "done", "result": {"source": "sglang", "op": "twice_pure", "status": "succeeded",
                                      "ref_sha256": "0" * 64}}}}))
     shutil.rmtree(refs / "vllm_triton"), shutil.rmtree(refs / "vllm_torch"), shutil.rmtree(refs / ".secrets")
-    before = (run / "ledger.json").read_text()
     res = cli("search", "--ref-dir", refs, *SEARCH)
-    assert res.exit_code == 1, res.output
     row = _ops(res)["sglang/twice_pure"]
-    assert row["status"] == "failed" and "other reference data" in row["error"] and "--run NAME" in row["error"]
-    # nothing lost: the checkpoint and the ledger keep what the run found on the old data
-    assert json.loads(state.read_text()) == {"status": "done", "ref_sha256": "0" * 64}
-    assert (run / "ledger.json").read_text() == before
+    assert row["status"] not in ("skipped", "failed"), res.output
+    assert "the reference data changed (sha256 000000000000..." in row["retired"]
+    assert "searched again, not skipped" in " ".join(res.stderr.split())
+    # the checkpoint and the ledger are of the new data now
+    new = json.loads(state.read_text())
+    assert new["ref_sha256"] != "0" * 64 and new["provenance"]["ref_sha256"] == new["ref_sha256"]
+    assert json.loads((run / "ledger.json").read_text())["ops"]["sglang/twice_pure"]["result"]["ref_sha256"] == new["ref_sha256"]

@@ -202,7 +202,7 @@ def test_batch_ledger_skips_done_and_errors(demo_store, tmp_path):
     assert entries["demo/row_sum"]["status"] == "done" and entries["demo/swiglu"]["status"] == "error"
     rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config)
     assert summarize(rows) == {"total": 2, "succeeded": 0, "zero_pass": 0, "failed": 0, "skipped": 2,
-                               "no_unseen_inputs": 0}
+                               "no_unseen_inputs": 0, "retired": 0}
     rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config, retry_errors=True)
     assert [r["status"] for r in rows] == ["skipped", "failed"]
 
