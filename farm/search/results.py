@@ -247,12 +247,15 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
 
 def replaces(current: dict, new: dict) -> bool:
     """Whether a new best takes the place of the current one."""
-    if provenance.changes(provenance.recorded(current), new.get("provenance") or {}):
-        return True  # verified on another task file or reference data: not a best to beat, retired
+    was, now = provenance.recorded(current), new.get("provenance") or {}
     unseen = bool(new.get("unseen_inputs"))
     was_unseen = verified.unseen_checked(current.get("verified"))
+    if provenance.changes({"task_sha256": was.get("task_sha256")}, {"task_sha256": now.get("task_sha256")}):
+        return True  # verified on another task file: wrong for the task as it is, retired
     if not unseen and was_unseen:
         return False  # checked on the .pt alone never replaces a kernel checked on unseen inputs
+    if provenance.changes(was, now):
+        return True  # verified on other reference data: not a best to beat, retired
     comparable = (current.get("device_name") == new.get("device_name")
                   and current.get("timing_mode", "events") == new.get("timing_mode")
                   and unseen == was_unseen and current.get("time_ms") is not None)

@@ -3,7 +3,6 @@ candidate can repeat (docs/inductor.md, "Parameters and buffers")."""
 
 from __future__ import annotations
 
-import ast
 
 
 class Unsupported(Exception):
