@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm.cli.common import (FlushOpt, JsonOption, TimingModeOpt, err, fmt_num, handle_errors, out, print_json, say, settings, table,
-                              use_frontend_setting)
+from farm.cli.common import (FlushOpt, JsonOption, TimingModeOpt, err, fmt_num, handle_errors, out, print_json, same_op,
+                              say, settings, table, use_frontend_setting)
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
@@ -54,6 +54,9 @@ def eval_candidate(
                          option="--target" if device is None else "--device",
                          notify=lambda text: say(text, style="yellow"))
     data = _reference_data(s, ref, ref_pt)
+    if ref_pt:
+        same_op(ref, data, ref_pt, f"{task} (--task)" if task else f"the task {ref.key} (--source/--op)",
+                source_too=task is None)
     settings_ = EvalSettings.for_device(spec, profile)
     if timing_method not in ("events", "npu-profiler"):
         raise FarmError(f"unknown timing method '{timing_method}' (--timing): use events or npu-profiler")
