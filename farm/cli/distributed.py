@@ -30,6 +30,7 @@ from farm.cli.common import (
 )
 from farm.cli.run_view import status_table
 from farm.config import leaves
+from farm.config_checks import check_value
 from farm.errors import EXIT_FAILED, FarmError
 from farm.storage import open_store
 from farm.targets import get_target
@@ -59,7 +60,7 @@ def submit(
     source: Annotated[str, typer.Option("--source", "-s", help="Source whose ops to port and optimise.")],
     ops: Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name (repeatable); default all.")] = None,
     target: Annotated[str, typer.Option(help="Target the search pools run on: ascend, cuda or cpu.")] = "ascend",
-    max_tasks: Annotated[int, typer.Option(help="Candidates to evaluate per op, seeds included.")] = 40,
+    max_tasks: Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, seeds included.")] = 40,
     run: Annotated[Optional[str], typer.Option(help="Run name [<source>-<target>-<time>]; the same name again "
                                                     "re-enqueues what is missing, nothing twice.")] = None,
     generators: Annotated[str, typer.Option(help="Comma-separated generators: tune, port, inductor, llm.")] = "tune,port",
@@ -81,6 +82,8 @@ def submit(
     _need_celery()
     from farm.distributed import control
 
+    if timeout is not None:
+        check_value(timeout, (None, 0, None), "--timeout")
     s, st = _store(ctx, store)
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
     spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on,
@@ -180,6 +183,7 @@ def workers(
     _need_celery()
     from farm.distributed import control
 
+    check_value(timeout, (None, 0, None), "--timeout")
     view = control.workers(settings(ctx), timeout)
     if as_json:
         print_json(view)
