@@ -325,9 +325,9 @@ def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: 
         raise typer.Exit(EXIT_FAILED)
 
 
-INTERPRETED_NOTE = ("CPU target: every time above is the Triton interpreter's, on the host clock. It only ranks "
-                    "candidates against each other (vs Model: both run interpreted) and says nothing of a kernel's "
-                    "speed on a device; vs Reference (compiled PyTorch) is no speedup there, so it is left out (-).")
+INTERPRETED_NOTE = ("CPU target: the times are the Triton interpreter's, on the host clock. They only rank candidates "
+                    "against each other and say nothing of a kernel's speed on a device; vs Reference (PyTorch, not "
+                    "interpreted) is left out (-), and promoted means verified, not faster.")
 
 
 def leaderboard(rows: list[dict], title: str, interpreted: bool = False):
