@@ -272,6 +272,7 @@ def worker(
     from farm.distributed.workers import Supervisor, WorkerSpec, parse_devices
 
     _device_here(get_target(target))
+    indices = parse_devices(target, devices)  # a typo fails before the sandbox probe and the broker
     cfg, origin = settings_with_origin(ctx)  # a bad config fails here, not in every child
     pools = _pools(pool)
     child_env = settings_env(ctx)
@@ -283,7 +284,7 @@ def worker(
         found = boundary.current(cfg.evaluator.sandbox, require)
         err.print(f"sandbox: {found.kind}" + (f" ({found.why})" if not found.on else ""), highlight=False)
     per_device = ops_per_device or cfg.queue.ops_per_device
-    specs = [WorkerSpec(pools, target, d, loglevel, log_dir, per_device) for d in parse_devices(target, devices)]
+    specs = [WorkerSpec(pools, target, d, loglevel, log_dir, per_device) for d in indices]
     _broker_answers(cfg.queue.broker_url)
     port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "

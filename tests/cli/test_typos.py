@@ -44,10 +44,11 @@ def test_farm_run_checks_its_options_before_the_reference_stage(cli, tmp_path, o
     (["submit", "--source", "demo", "--max-tasks", "0"], ["--max-tasks"]),
     (["submit", "--source", "demo", "--wait", "--timeout", "nan"], ["--timeout", "finite"]),
     (["workers", "--timeout", "0"], ["--timeout: must be > 0"]),
+    (["worker", "--pool", "search", "--target", "cpu", "--devices", "1;2"], ["--devices takes device indices"]),
 ])
 def test_option_values_are_refused_naming_the_option(cli, tmp_path, args, needles):
-    one_line_error(cli(*args), 2, *needles)
-    assert not (tmp_path / "store").exists()
+    flat = one_line_error(cli(*args), 2, *needles)
+    assert not (tmp_path / "store").exists() and "sandbox:" not in flat  # nothing was probed or written
 
 
 def test_a_tasks_folder_that_is_a_file_or_missing_names_the_variable(cli, monkeypatch, tmp_path):
