@@ -53,11 +53,7 @@ def eval_candidate(
     spec = usable_device(target if device is None else f"{target}:{device}", default_target="cuda",
                          option="--target" if device is None else "--device",
                          notify=lambda text: say(text, style="yellow"))
-    data = _reference_data(s, ref, ref_pt)
-    if ref_pt:
-        same_op(ref, data, ref_pt, f"{task} (--task)" if task else f"the task {ref.key} (--source/--op)",
-                source_too=task is None)
-    settings_ = EvalSettings.for_device(spec, profile)
+    settings_ = EvalSettings.for_device(spec, profile)  # every option checked before the .pt is read
     if timing_method not in ("events", "npu-profiler"):
         raise FarmError(f"unknown timing method '{timing_method}' (--timing): use events or npu-profiler")
     if timing_method == "npu-profiler":
@@ -69,6 +65,10 @@ def eval_candidate(
         if timing_method == "npu-profiler":
             raise FarmError("--flush clean does not go with --timing npu-profiler (its flush filter expects a write)")
         settings_.timing["flush"] = flush
+    data = _reference_data(s, ref, ref_pt)
+    if ref_pt:
+        same_op(ref, data, ref_pt, f"{task} (--task)" if task else f"the task {ref.key} (--source/--op)",
+                source_too=task is None)
     with Evaluator(ref, data, spec, settings_) as ev:
         result = ev.evaluate(candidate.read_text(errors="replace"), name=candidate.name)
     if as_json:

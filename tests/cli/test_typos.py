@@ -73,3 +73,11 @@ def test_a_missing_store_names_the_variable_that_set_it(cli, monkeypatch, tmp_pa
     one_line_error(cli("cache", "ls", "--json"), 3, "stroe (set by FARM_STORE) does not exist")
     (tmp_path / "stroe").mkdir()
     assert cli("cache", "ls", "--json").exit_code == 0  # an empty store is a store
+
+
+def test_eval_checks_its_options_before_reading_reference_data(cli, tmp_path):
+    (tmp_path / "cand.py").write_text("x = 1\n")
+    base = ["eval", "--candidate", tmp_path / "cand.py", "--source", "demo", "--op", "row_sum", "--target", "cpu"]
+    # the test's store holds no reference data: the option is what is named, not the missing .pt
+    one_line_error(cli(*base, "--profile", "kernelbnech"), 2, "(--profile; did you mean 'kernelbench'?)")
+    one_line_error(cli(*base, "--timing-mode", "graf"), 2, "--timing-mode")
