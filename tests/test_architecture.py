@@ -11,6 +11,7 @@ FARM = Path(__file__).resolve().parents[1] / "farm"
 # lowest first; a package may import its own modules and any package of a lower rank
 RANKS = {
     "errors": 0, "pyast": 0, "paths": 0, "procs": 0,
+    "config_checks": 0.5,  # config's checks, apart for its size: errors below, config above
     "config": 1, "masking": 2,
     "targets": 2, "observe": 2,
     "runtime": 3, "storage": 3,

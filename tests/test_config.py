@@ -49,7 +49,7 @@ def test_wrong_type_names_key_and_file(tmp_path):
 
 
 def test_wrong_type_in_environment_names_variable():
-    with pytest.raises(ConfigError, match="environment FARM_CHECK_TIMEOUT_S: expected float"):
+    with pytest.raises(ConfigError, match=r"environment FARM_CHECK_TIMEOUT_S \(check.timeout_s\): expected float"):
         load_settings(env={"FARM_CHECK_TIMEOUT_S": "soon"})
 
 

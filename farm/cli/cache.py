@@ -19,6 +19,7 @@ from farm.cli.common import (
     settings,
     table,
 )
+from farm.config import named
 from farm.errors import EXIT_FAILED, FarmError
 from farm.reference import refcache
 from farm.search.repair import repair_runs
@@ -31,16 +32,20 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Also replace a .pt the 
                                                    "pull: also write into a non-empty folder farm did not write (your files there are kept).")]
 
 
-def _store(ctx: typer.Context, url: str | None):
+def _store(ctx: typer.Context, url: str | None, reading: bool = False):
+    """The store of --store or the settings; one only read from must exist."""
     s = settings(ctx, {"store": url})
-    return open_store(s.store, s)
+    st = open_store(s.store, s)
+    if reading:
+        st.require_present(named(s, "store"))
+    return st
 
 
 @app.command("ls")
 @handle_errors
 def ls(ctx: typer.Context, store: StoreOpt = None, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
     """List the reference data with sizes and status (ok, failed, missing, unlisted)."""
-    target = _store(ctx, store)
+    target = _store(ctx, store, reading=True)
     rows = refcache.inventory(target, source)
     if as_json:
         print_json(rows)
@@ -56,7 +61,7 @@ def ls(ctx: typer.Context, store: StoreOpt = None, source: SourceOpt = None, as_
 @handle_errors
 def verify(ctx: typer.Context, store: StoreOpt = None, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
     """Re-read every stored .pt and check its sha256; exit 1 if any object is corrupt or missing."""
-    target = _store(ctx, store)
+    target = _store(ctx, store, reading=True)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("verifying", total=None)
         rows = refcache.verify(target, source, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
@@ -97,7 +102,7 @@ def pull(
     folder = Path(to_dir).expanduser()
     if folder.exists() and not folder.is_dir():
         raise FarmError(f"{folder} (--to) is a file, not a folder")
-    _copy(_store(ctx, store), open_folder(folder, "--to", force), source, as_json, force)
+    _copy(_store(ctx, store, reading=True), open_folder(folder, "--to", force), source, as_json, force)
 
 
 @app.command("repair")

@@ -40,9 +40,7 @@ def settings(ctx: typer.Context, overrides: dict[str, Any] | None = None) -> Set
 def settings_with_origin(ctx: typer.Context, overrides: dict[str, Any] | None = None) -> tuple[Settings, dict[str, str]]:
     """Settings from the global --config/--set plus this command's own options (which win)."""
     obj = ctx.find_root().obj or {}
-    merged = dict(obj.get("overrides") or {})
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return load_settings(obj.get("config"), merged)
+    return load_settings(obj.get("config"), overrides, sets=obj.get("overrides"))
 
 
 def use_frontend_setting(s: Settings) -> None:
@@ -128,6 +126,18 @@ def common_cause(failures: list[dict], total: int) -> str | None:
 def _cause(error: str) -> str:
     """An error without the file it happened in, so that the same cause in two files compares equal."""
     return re.sub(r"^\S+\.py: ", "", error)
+
+
+def same_op(ref: Any, data: dict, pt: Any, task_named: str, source_too: bool = False) -> None:
+    """A .pt (--ref-pt) of one op with the task of another is the .pt's mistake, said before any
+    candidate runs (else every candidate fails verification, blamed for it)."""
+    op, source = data.get("op_name"), data.get("source")
+    if op is not None and op != ref.op:
+        raise FarmError(f"{pt} (--ref-pt) holds the reference data of op {op!r}, but {task_named} is op {ref.op!r}: "
+                        "give the pair of one op")
+    if source_too and source not in (None, ref.source):
+        raise FarmError(f"{pt} (--ref-pt) holds the reference data of {source}/{op}, but {task_named} is {ref.key}: "
+                        "give the pair of one op")
 
 
 def print_json(data: Any) -> None:

@@ -30,6 +30,7 @@ from farm.cli.common import (
 )
 from farm.cli.run_view import provenance_lines, status_table
 from farm.config import leaves
+from farm.config_checks import check_value
 from farm.errors import EXIT_FAILED, FarmError
 from farm.search import provenance
 from farm.search.results import best_speedup, fmt_best
@@ -61,7 +62,7 @@ def submit(
     source: Annotated[str, typer.Option("--source", "-s", help="Source whose ops to port and optimise.")],
     ops: Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name (repeatable); default all.")] = None,
     target: Annotated[str, typer.Option(help="Target the search pools run on: ascend, cuda or cpu.")] = "ascend",
-    max_tasks: Annotated[int, typer.Option(help="Candidates to evaluate per op, seeds included.")] = 40,
+    max_tasks: Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, seeds included.")] = 40,
     run: Annotated[Optional[str], typer.Option(help="Run name [<source>-<target>-<time>]; the same name again "
                                                     "re-enqueues what is missing, nothing twice.")] = None,
     generators: Annotated[str, typer.Option(help="Comma-separated generators: tune, port, inductor, llm.")] = "tune,port",
@@ -83,6 +84,8 @@ def submit(
     _need_celery()
     from farm.distributed import control
 
+    if timeout is not None:
+        check_value(timeout, (None, 0, None), "--timeout")
     s, st = _store(ctx, store)
     names = tuple(g.strip() for g in generators.split(",") if g.strip())
     spec = control.make_spec(s, source, ops, target, max_tasks, run, names, reference_target=reference_on,
@@ -186,6 +189,7 @@ def workers(
     _need_celery()
     from farm.distributed import control
 
+    check_value(timeout, (None, 0, None), "--timeout")
     view = control.workers(settings(ctx), timeout)
     if as_json:
         print_json(view)
@@ -274,6 +278,7 @@ def worker(
     from farm.distributed.workers import Supervisor, WorkerSpec, parse_devices
 
     _device_here(get_target(target))
+    indices = parse_devices(target, devices)  # a typo fails before the sandbox probe and the broker
     cfg, origin = settings_with_origin(ctx)  # a bad config fails here, not in every child
     pools = _pools(pool)
     child_env = settings_env(ctx)
@@ -285,7 +290,7 @@ def worker(
         found = boundary.current(cfg.evaluator.sandbox, require)
         err.print(f"sandbox: {found.kind}" + (f" ({found.why})" if not found.on else ""), highlight=False)
     per_device = ops_per_device or cfg.queue.ops_per_device
-    specs = [WorkerSpec(pools, target, d, loglevel, log_dir, per_device) for d in parse_devices(target, devices)]
+    specs = [WorkerSpec(pools, target, d, loglevel, log_dir, per_device) for d in indices]
     _broker_answers(cfg.queue.broker_url)
     port = cfg.metrics.port if metrics_port is None else metrics_port
     err.print(f"starting {len(specs)} worker(s): {', '.join(s.hostname for s in specs)} on "

@@ -17,6 +17,7 @@ from typing import Any
 import typer
 
 from farm import config
+from farm.config_checks import range_text
 from farm.paths import PACKAGE_ROOT
 
 PAGES = {"cli": Path("docs/reference/cli.md"), "settings": Path("docs/reference/settings.md")}
@@ -125,9 +126,7 @@ def _anchor(title: str) -> str:
 
 
 def _range(meta: dict) -> str:
-    low, above, high = meta.get("range") or (None, None, None)
-    parts = ([f"≥ {low:g}"] if low is not None else []) + ([f"> {above:g}"] if above is not None else [])
-    return ", ".join(parts + ([f"≤ {high:g}"] if high is not None else []))
+    return range_text(meta.get("range"))
 
 
 def _type_name(tp: Any) -> str:

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm.cli.common import (FlushOpt, JsonOption, TimingModeOpt, err, fmt_num, handle_errors, out, print_json, say, settings, table,
-                              use_frontend_setting)
+from farm.cli.common import (FlushOpt, JsonOption, TimingModeOpt, err, fmt_num, handle_errors, out, print_json, same_op,
+                              say, settings, table, use_frontend_setting)
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
@@ -53,8 +53,7 @@ def eval_candidate(
     spec = usable_device(target if device is None else f"{target}:{device}", default_target="cuda",
                          option="--target" if device is None else "--device",
                          notify=lambda text: say(text, style="yellow"))
-    data = _reference_data(s, ref, ref_pt)
-    settings_ = EvalSettings.for_device(spec, profile)
+    settings_ = EvalSettings.for_device(spec, profile)  # every option checked before the .pt is read
     if timing_method not in ("events", "npu-profiler"):
         raise FarmError(f"unknown timing method '{timing_method}' (--timing): use events or npu-profiler")
     if timing_method == "npu-profiler":
@@ -66,6 +65,10 @@ def eval_candidate(
         if timing_method == "npu-profiler":
             raise FarmError("--flush clean does not go with --timing npu-profiler (its flush filter expects a write)")
         settings_.timing["flush"] = flush
+    data = _reference_data(s, ref, ref_pt)
+    if ref_pt:
+        same_op(ref, data, ref_pt, f"{task} (--task)" if task else f"the task {ref.key} (--source/--op)",
+                source_too=task is None)
     with Evaluator(ref, data, spec, settings_) as ev:
         result = ev.evaluate(candidate.read_text(errors="replace"), name=candidate.name)
     if as_json:

@@ -25,10 +25,12 @@ from farm.cli.common import (
     progress_bar,
     common_cause,
     error_line,
+    same_op,
     say,
     settings,
     table,
 )
+from farm.config import SEED_MAX
 from farm.corpus import tasks as corpus
 from farm.corpus.tasks import validate_name
 from farm.evaluate import profiles
@@ -118,7 +120,7 @@ def search(
     generators: GeneratorsOpt = DEFAULT_CHAIN,
     run: Annotated[Optional[str], typer.Option(help="Run name (runs/<run>/...); reuse it to resume.")] = None,
     store: StoreOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of the search's random choices.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the search's random choices.")] = 0,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Batch: search ops recorded as error again.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Search again from scratch, ignoring ledger and checkpoints.")] = False,
     flush: Annotated[str, FlushOpt] = "write",
@@ -135,13 +137,13 @@ def search(
     """Evolutionary search for fast, verified kernels: one op, or every cached op of the sources."""
     s = settings(ctx, {"store": store})
     use_frontend_setting(s)
-    st = open_store(s.store, s)
     specs = parse_devices(target, devices)
     gens = make_generators(generators, bool(s.llm.base_url), specs[0].target.interpret)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
                           generators=tuple(g.name for g in gens), flush=check_flush(flush),
                           profile=profiles.get(profile).name,
                           timing_mode=check_mode(timing_mode), compile_workers=compile_workers)
+    st = open_store(s.store, s)
     if ref_dir and (ref_pt or task_file or op):
         raise FarmError("--ref-dir searches a whole folder: leave out --ref-pt, --task-file and --op")
     if ref_pt or task_file:
@@ -151,7 +153,7 @@ def search(
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
         data = refolder.load(ref_pt, st)
         ref = corpus.ref_from_file(task_file, _pt_source(source, data, ref_pt), settings=s)
-        _same_op(ref, data, ref_pt, task_file)
+        same_op(ref, data, ref_pt, f"{task_file} (--task-file)")
         run = validate_name(run or folder_run_name(ref_pt.resolve().parent.parent, specs[0]), "run", "--run")
         rows = [_one(ref, data, st, run, specs, gens, config, force, as_json)]
     elif ref_dir:
@@ -170,7 +172,8 @@ def search(
         run = validate_name(run or _default_run_name(), "run", "--run")
         rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json, ops_per_device)
     _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)",
-            folder=ref_dir or (ref_pt.resolve().parent.parent if ref_pt else None), s=s)
+            folder=ref_dir or (ref_pt.resolve().parent.parent if ref_pt else None), s=s,
+            interpreted=specs[0].target.interpret)
 
 
 def _default_run_name() -> str:
@@ -193,13 +196,6 @@ def _pt_source(source: list[str] | None, data: dict, pt: Path) -> str:
         except FarmError:
             continue
     return "local"
-
-
-def _same_op(ref, data: dict, pt: Path, task_file: Path) -> None:
-    recorded = data.get("op_name")
-    if recorded is not None and recorded != ref.op:
-        raise FarmError(f"{pt} (--ref-pt) holds the reference data of op {recorded!r}, but {task_file} (--task-file) "
-                        f"is op {ref.op!r}: give the pair of one op")
 
 
 def _folder_batch(s, st, folder: Path, sources, run, specs, gens, config, retry_errors, force, as_json,
@@ -298,13 +294,13 @@ def op_progress(progress, bar, total: int, as_json: bool):
 
 
 def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: str = "farm",
-            redo: str = "--force", folder: Path | None = None, s=None) -> None:
+            redo: str = "--force", folder: Path | None = None, s=None, interpreted: bool = False) -> None:
     totals, url = summarize(rows, profile), st.url
     written = report_cmd.try_write(st, run, s=s) if page else {}
     if as_json:
         print_json({"run": run, "store": st.url, "summary": totals, "ops": rows, "report": written.get("page")})
     else:
-        out.print(leaderboard(rows, f"run {run} ({st.url})"))
+        out.print(leaderboard(rows, f"run {run} ({st.url})", interpreted))
         out.print(" ".join(f"{k}: {v}" for k, v in totals.items() if v or k not in ("no_unseen_inputs", "retired")))
         report_cmd.print_line(written)
     if totals["skipped"]:
@@ -336,15 +332,32 @@ def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: 
         raise typer.Exit(EXIT_FAILED)
 
 
-def leaderboard(rows: list[dict], title: str):
+INTERPRETED_NOTE = ("CPU target: the times are the Triton interpreter's, on the host clock. They only rank candidates "
+                    "against each other and say nothing of a kernel's speed on a device; vs Reference (PyTorch, not "
+                    "interpreted) is left out (-), and promoted means verified, not faster.")
+
+
+def leaderboard(rows: list[dict], title: str, interpreted: bool = False):
+    """The run's table; on an interpreted target (cpu), its times labelled as what they are."""
     ordered = sorted(corpus.natural_sorted(rows, key=lambda r: f"{r.get('source', '')}/{r.get('op', '')}"),
                      key=lambda r: (r["status"] != "succeeded", -(r.get("speedup_vs_model") or 0)))
-    return table(title, ["source", "op", "result", "pass", "best ms", "mode", "vs Model", "vs Reference",
-                         "of limit", "promoted", "tried", "stop / error"],
-                 [[r["source"], r["op"], _result(r), f"{r.get('passed', 0)}", fmt_num(r.get("best_time_ms"), ".4f"),
-                   (best_speedup(r) or {}).get("timing_mode") or "-", _vs_model(r), fmt_num(r.get("speedup_vs_reference"), ".2f"),
-                   fmt_num(r.get("fraction_of_limit"), ".2f"), "yes" if r.get("promoted") else "no",
-                   r.get("submitted", 0), _stop_text(r)] for r in ordered])
+    board = table(title, ["source", "op", "result", "pass", "best ms", "mode", "vs Model", "vs Reference",
+                          "of limit", "promoted", "tried", "stop / error"],
+                  [[r["source"], r["op"], _result(r), f"{r.get('passed', 0)}", fmt_num(r.get("best_time_ms"), ".4f"),
+                    "interpreter" if interpreted else (best_speedup(r) or {}).get("timing_mode") or "-", _vs_model(r),
+                    "-" if interpreted else _ratio(r.get("speedup_vs_reference")),
+                    fmt_num(r.get("fraction_of_limit"), ".2f"), "yes" if r.get("promoted") else "no",
+                    r.get("submitted", 0), _stop_text(r)] for r in ordered])
+    if interpreted:
+        board.caption = INTERPRETED_NOTE
+    return board
+
+
+def _ratio(value: float | None) -> str:
+    """A speedup; one that rounds to 0.00 is shown as under 0.01, not as nothing at all."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value >= 0.005 else "<0.01"
 
 
 def _result(row: dict) -> str:
@@ -383,8 +396,8 @@ def _vs_model(row: dict) -> str:
     if not best.get("retimed", True):
         return f"{ratio:.2f} (not re-timed)"
     if row.get("status") == "succeeded" and not row.get("promoted") and "not faster" in row.get("promotion", ""):
-        return f"not faster ({ratio:.2f})"
-    return f"{ratio:.2f}"
+        return f"not faster ({_ratio(ratio)})"
+    return _ratio(ratio)
 
 
 def run_sources(source: list[str] | None, ops: list[str] | None) -> list[str]:
@@ -418,6 +431,10 @@ def run_local(
     st = open_store(s.store, s)
     spec = usable_device(target, default_target="cuda", option="--target", notify=stand_in_notice)
     shapes = "small" if spec.target.interpret else "bench"
+    # every option is checked before the reference stage: a typo costs no minutes of work
+    gens = make_generators(generators, bool(s.llm.base_url), spec.target.interpret)
+    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens),
+                          profile=profiles.get(profile).name)
     sources = run_sources(source, ops)
     refs = corpus.find_tasks(s, sources, ops)
     name = run or f"local-{'-'.join(sources)}-{spec.target.name}"
@@ -436,13 +453,10 @@ def run_local(
         say(f"no reference data for {', '.join(r['source'] + '/' + r['op'] for r in failed)}: "
             "those ops are not searched", style="yellow")
     ok = {(r["source"], r["op_name"]) for r in made if r.get("success")}
-    gens = make_generators(generators, bool(s.llm.base_url), spec.target.interpret)
-    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens),
-                          profile=profiles.get(profile).name)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("search", total=len(ok))
         # errors are searched again each time: what failed may have been the machine (a full disk)
         rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec],
                                   gens, config, spec.target.interpret, retry_errors=True, force=force,
                                   on_op=op_progress(progress, bar, len(ok), as_json))
-    _report(failed + rows, name, st, as_json, page, config.profile, s=s)
+    _report(failed + rows, name, st, as_json, page, config.profile, s=s, interpreted=spec.target.interpret)

@@ -123,7 +123,7 @@ def wait(store: Store, run: str, on_update: Callable[[dict], None] | None = None
         if view["status"] != "running":
             return view
         if deadline is not None and time.monotonic() > deadline:
-            raise WaitTimeout(f"run {run} has not finished after {timeout_s:.0f} s (--timeout); it goes on: "
+            raise WaitTimeout(f"run {run} has not finished after {timeout_s:g} s (--timeout); it goes on: "
                               f"farm status {run}")
         time.sleep(POLL_S)
 

@@ -52,10 +52,12 @@ PROFILES = {
 
 
 def get(name: str) -> Profile:
+    from farm.config_checks import did_you_mean
     from farm.errors import FarmError
 
     if name not in PROFILES:
-        raise FarmError(f"unknown evaluation profile '{name}' (--profile); use one of {', '.join(PROFILES)}")
+        raise FarmError(f"unknown evaluation profile '{name}' (--profile{did_you_mean(name, PROFILES)}); use one of "
+                        f"{', '.join(PROFILES)}")
     return PROFILES[name]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
+from farm.config_checks import did_you_mean
 from farm.errors import FarmError
 from farm.generators.base import Candidate, Context, Generator, Proposal
 
@@ -42,7 +43,8 @@ def available() -> dict[str, str]:
 def load_generator(name: str, **options) -> Generator:
     spec = available().get(name)
     if spec is None:
-        raise FarmError(f"unknown generator '{name}' (--generators); available: {', '.join(sorted(available()))}")
+        raise FarmError(f"unknown generator '{name}' (--generators{did_you_mean(name, available())}); available: "
+                        f"{', '.join(sorted(available()))}")
     module_name, _, attr = spec.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)

@@ -93,7 +93,7 @@ def run_in_child(
             left = timeout_s - (time.monotonic() - start)
             if left <= 0:
                 _kill(proc)
-                return ChildOutcome("timeout", stage, error=f"no result after {timeout_s:.0f} s in stage {stage}",
+                return ChildOutcome("timeout", stage, error=f"no result after {timeout_s:g} s in stage {stage}",
                                     elapsed_s=time.monotonic() - start)
             if parent_conn.poll(min(left, 0.5)):
                 try:

@@ -132,6 +132,10 @@ class Store(ABC):
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
 
+    def require_present(self, named: str = "store") -> None:
+        """For commands that only read: the store itself is there (a missing one would read as
+        empty, and a typo in its URL as a green "0 objects"). `named` says where its URL came from."""
+
 
 def parse_json(where: str, data: bytes) -> dict:
     """A stored JSON document, or IntegrityError naming it: a truncated or hand-edited

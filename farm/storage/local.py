@@ -57,6 +57,13 @@ class FileStore(Store):
             key = key[len(self.strip_prefix):]
         return key
 
+    def require_present(self, named: str = "store") -> None:
+        if self.root.is_file():
+            raise StorageError(f"store {self.url} ({named}) is a file, not a folder")
+        if not self.root.is_dir():
+            raise StorageError(f"store {self.url} ({named}) does not exist: nothing to read there (`farm reference` "
+                               "or `farm run` makes one; --store names another)")
+
     def path_of(self, key: str) -> Path:
         """Where the object of `key` lives on disk."""
         return self._path(key)

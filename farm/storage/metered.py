@@ -26,6 +26,9 @@ class MeteredStore(Store):
     def __repr__(self) -> str:
         return f"MeteredStore({self.inner!r})"
 
+    def require_present(self, named: str = "store") -> None:
+        self.inner.require_present(named)
+
     def _call(self, operation: str, fn: Callable, *args):
         try:
             return fn(*args)

@@ -616,6 +616,24 @@ def test_cli_eval_usage_errors_exit_2_without_traceback(cli, refs, tmp_path):
         assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_eval_with_the_ref_pt_of_another_op_blames_the_pt(cli, refs, tmp_path):
+    """The .pt is demo/row_sum's: with another op's task, the pair is refused naming both ops
+    before any candidate runs (it used to fail verification, blamed on the candidate)."""
+    good = _write(tmp_path, "good.py", GOOD)
+    for task in (["--task", REPO / "tasks" / "demo" / "swiglu.py"], ["--source", "demo", "--op", "swiglu"]):
+        result = cli("eval", "--candidate", good, *task, "--ref-pt", refs.pt_path, "--target", "cpu")
+        flat = " ".join(result.stderr.split())
+        assert result.exit_code == 2 and "Traceback" not in result.stdout + result.stderr, flat
+        assert f"{refs.pt_path} (--ref-pt) holds the reference data of op 'row_sum'" in flat and "op 'swiglu'" in flat
+    # a variant: the same op name in another source
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "row_sum.py").write_text(TASK.read_text())
+    other = cli("--set", f"corpus.sources=mine={tmp_path / 'mine'}", "eval", "--candidate", good, "--source", "mine",
+                "--op", "row_sum", "--ref-pt", refs.pt_path, "--target", "cpu")
+    assert other.exit_code == 2 and "holds the reference data of demo/row_sum, but" in " ".join(other.stderr.split())
+    assert "mine/row_sum" in " ".join(other.stderr.split())
+
+
 def test_a_signal_while_one_runner_closes_leaves_none_behind():
     """Ctrl-C or SIGTERM land wherever the main thread is: in one runner's close, the others
     (and their folders) still go, and the signal is raised after (farm.evaluate.sandbox.close_all)."""
