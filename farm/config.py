@@ -208,6 +208,9 @@ class EvaluatorSettings:
         metadata=_meta("refuse to evaluate when no sandbox can be set up (on by default in `farm worker` and the "
                        "worker images)"),
     )
+    cases: int = field(default=-1, metadata=_meta("cases of an op's .cases a candidate is verified at (-1: all)"))
+    timed_cases: str = field(default="auto", metadata=_meta(
+        "case labels timed for an op's speedup, a geomean (docs/evaluator.md): auto, or bench,low,... [SOURCE:...;]"))
     compile_workers: int = field(
         default=0,
         metadata=_meta("compile-ahead processes per search (docs/search.md): 0 off (default until measured on a "
@@ -217,6 +220,8 @@ class EvaluatorSettings:
     def __post_init__(self) -> None:
         if self.sandbox not in ("auto", "off"):
             raise ConfigError(f"evaluator.sandbox must be 'auto' or 'off', not {self.sandbox!r}")
+        if not isinstance(self.cases, int) or self.cases < -1:
+            raise ConfigError(f"evaluator.cases must be -1 (all) or a count, not {self.cases!r}")
         if not isinstance(self.compile_workers, int) or self.compile_workers < -1:
             raise ConfigError(f"evaluator.compile_workers must be -1 (auto), 0 (off) or a positive count, "
                               f"not {self.compile_workers!r}")

@@ -395,6 +395,7 @@ class OpSearch:
         confirmation = evaluator.confirm(best.source, name=f"{best.id}-confirm")
         confirmation["candidate"] = best.id
         confirmation["claimed"] = (best.comparison or {}).get("model")  # the search's figure, beside it
+        confirmation["claimed_mix"] = (best.comparison or {}).get("mix")
         confirmation["model_runs"] = evaluator.model_runs()
         self.on_event("confirm", confirmation)
         return confirmation
@@ -473,7 +474,7 @@ class OpSearch:
         outcome = self._outcome(stop, baseline)
         outcome.promoted, outcome.promotion = promoted, why
         if confirmation and confirmation.get("time_ms") is not None:
-            outcome.speedup_vs_model = (confirmation.get("model") or {}).get("ratio")
+            outcome.speedup_vs_model = (confirmation.get("mix") or confirmation.get("model") or {}).get("ratio")
             outcome.speedup_vs_reference = (confirmation.get("reference") or {}).get("ratio")
             outcome.best_time_ms = confirmation.get("time_ms")
             outcome.timing_mode = (confirmation.get("timing") or {}).get("mode", "")
