@@ -25,7 +25,7 @@ from farm.evaluate.timer import RoundClock
 def bench_row(ev, result) -> dict:
     model = (result.comparison or {}).get("model") or {}
     time_ms = result.timing["median_ms"]
-    shapes = [list(getattr(v, "shape", ())) for v in ev.inputs if hasattr(v, "shape")]
+    shapes = [list(v.shape) for v in getattr(ev, "inputs", ()) if hasattr(v, "shape")]
     return _row("bench", "the benchmark case (.pt)", shapes, time_ms,
                 time_ms * model["ratio"] if model.get("ratio") else None, model, result.timing.get("mode"))
 
@@ -42,8 +42,9 @@ def time_mix(ev, result, mode: str, ready: list[str], rounds: int) -> None:
     from farm.evaluate.space_cases import shapes_text
 
     rows = [bench_row(ev, result)]
-    if ev.mix and "Model" in ready and not ev._cut:
-        for case in ev.mix:
+    mix = getattr(ev, "mix", ())  # evaluators built without reference data (scripted tests) have none
+    if mix and "Model" in ready and not ev._cut:
+        for case in mix:
             summary, case_ms, model_ms, case_mode = _time_case(ev, case, mode, rounds)
             rows.append(_row(case.tag, case.label, shapes_text(case), case_ms, model_ms, summary, case_mode))
     result.timing["cases"] = rows

@@ -43,7 +43,7 @@ STATE_VERSION = 1
 PROPOSAL_ATTEMPTS = 12  # tries to find a non-duplicate child before giving up on a slot
 # per candidate, in the checkpoint: the figure, its timing mode and why, and the per-call figure
 TIMING_KEPT = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "method", "mode", "mode_reason", "op_mode", "flush",
-               "graph_calls", "per_call_ms")
+               "graph_calls", "per_call_ms", "cases")  # cases: the serving mix's rows (farm.evaluate.mix_timing)
 
 
 @dataclass
