@@ -46,7 +46,7 @@ def farm(args: list[str], env: dict, timeout: float, log: Path | None = None) ->
             sink.flush()
         try:
             return subprocess.run(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=sink, text=True,
-                                  timeout=max(1.0, timeout))
+                                  timeout=max(1.0, timeout), check=False)
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(cmd, 124, "", "")
 
@@ -128,8 +128,8 @@ def summary(rows: list[dict], env_text: str) -> str:
                      f"{', '.join(r.get('slower', [])) or '-'} |")
     passing = [r for r in rows if r.get("passed")]
     good = [r for r in passing if r.get("cases_verified", 0) >= 6 and r["has_one"] and r["has_non_pow2"]]
-    lines += ["", f"{len(passing)} of {len(rows)} ops have a passing kernel; {len(good)} of them verified at 6 or more "
-                  "cases including 1 and a non-power-of-two."]
+    lines += ["", (f"{len(passing)} of {len(rows)} ops have a passing kernel; {len(good)} of them verified at 6 or "
+                   "more cases including 1 and a non-power-of-two.")]
     return "\n".join(lines) + "\n"
 
 
@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ops = listed_ops(env, a.ops, bool(a.corpus))
     if a.max_ops:
         ops = ops[:a.max_ops]
-    versions = subprocess.run([sys.executable, "-c", "import torch, triton; print('torch', torch.__version__, "
-                               "'triton', triton.__version__)"], capture_output=True, text=True).stdout.strip()
+    probe = "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    versions = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False).stdout.strip()
     env_text = (f"{versions or 'torch/triton not importable'}; target {a.target}; corpus {a.corpus or 'bundled tasks/'}; "
                 f"{len(ops)} ops; max_tasks {a.max_tasks}; budget {a.budget_s:g} s; {' '.join(sets) or 'default cases'}")
     (out / "env.txt").write_text(env_text + "\n")
