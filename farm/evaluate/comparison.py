@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from farm.evaluate import limits, mix_timing, quiet, timing
+from farm.evaluate import limits, mix_timing, quiet, space_cases, timing
 from farm.evaluate import speedup as speedups
 from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
@@ -75,7 +75,7 @@ class Comparison:
         """The secret input sets timing rotates through; the .pt's own where there are none
         (reference data without secret seed sets: farm.evaluate.verified)."""
         if self._mix_case is not None:  # a case of the serving mix (farm.evaluate.mix_timing)
-            return [self._mix_case.key], [(self._mix_case.inputs, self._mix_case.expected)]
+            return [space_cases.RUNNER_KEY], [(self._mix_case.inputs, self._mix_case.expected)]
         cases = self.fresh_cases()
         if not cases:
             return ["pt"], [(self.inputs, self.expected)]

@@ -139,7 +139,7 @@ class Evaluator(TrustedSide, Comparison):
         self.init_inputs = list(ref_data["init_inputs"])
         self.inputs = list(ref_data["inputs"])
         self.expected = list(ref_data["outputs"])
-        recorded, self.cases_note = space_cases.recorded(ref_data, self.shapes)
+        recorded, self.cases_note = space_cases.recorded(ref_data)
         self.mix = space_cases.timed(recorded, self._setting("timed_cases"), task_ref.source, spec.target.interpret)
         self.space_cases = space_cases.verified(recorded, self._setting("cases"), self.mix)
         self.boundary = os_boundary.current(self.settings.sandbox)  # raises where one is required and unavailable
@@ -361,12 +361,14 @@ class Evaluator(TrustedSide, Comparison):
         passed: a kernel that assumes one shape (a hard-coded size, a grid without the tail)
         fails here, at the case it gets wrong."""
         for case in self.space_cases:
-            reply = self._call("run", self.settings.limits.run_s, case.key, case.inputs,
+            self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)  # this case replaces the last one
+            reply = self._call("run", self.settings.limits.run_s, space_cases.RUNNER_KEY, case.inputs,
                                inplace_args=self.task.inplace_args)
             self._check_run(reply, f"the {case.label}")
             self.verifier.check_seed(reply["outputs"], case, first["outputs"])
             result.cases_checked += 1
             self._check_deadline(case.label)
+        self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)
 
     def _ghost(self, real: list, key: str, inputs: list) -> None:
         """Replay with every Triton launch turned into a no-op: if the outputs do not change,

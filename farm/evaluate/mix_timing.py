@@ -19,6 +19,7 @@ import statistics
 
 from farm.evaluate import speedup as speedups
 from farm.evaluate.result import NotCapturable, nbytes
+from farm.evaluate.space_cases import RUNNER_KEY, shapes_text
 from farm.evaluate.timer import RoundClock
 
 
@@ -39,8 +40,6 @@ def _row(label: str, text: str, shapes: list, time_ms, model_ms, summary: dict |
 
 def time_mix(ev, result, mode: str, ready: list[str], rounds: int) -> None:
     """Every timed case after the benchmark one; the rows, the mix and its geomean into `result`."""
-    from farm.evaluate.space_cases import shapes_text
-
     rows = [bench_row(ev, result)]
     mix = getattr(ev, "mix", ())  # evaluators built without reference data (scripted tests) have none
     if mix and "Model" in ready and not ev._cut:
@@ -66,9 +65,10 @@ def _time_case(ev, case, mode: str, rounds: int) -> tuple[dict | None, float | N
     ev._mix_case, ev._mix_calls = case, max(1, round(calls * bench_bytes / case_bytes)) if calls else 0
     ev._clock = RoundClock(lead_allowed=outer_clock.lead_allowed)
     try:
-        if case.key not in ev.references.cached_inputs and \
-                ev.references.call("put_inputs", ev.settings.limits.run_s, key=case.key, inputs=case.inputs).ok:
-            ev.references.cached_inputs.add(case.key)
+        for runner in (ev.candidates, ev.references):  # this case replaces the one a runner kept
+            runner.cached_inputs.discard(RUNNER_KEY)
+        if ev.references.call("put_inputs", ev.settings.limits.run_s, key=RUNNER_KEY, inputs=case.inputs).ok:
+            ev.references.cached_inputs.add(RUNNER_KEY)
         try:
             timed, _samples, outputs, failed = ev._interleave(mode, ["Model"], rounds)
         except NotCapturable:

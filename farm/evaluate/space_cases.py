@@ -24,6 +24,9 @@ from __future__ import annotations
 from farm.errors import ConfigError
 from farm.evaluate.verifier import Case
 
+# the one input set a runner keeps for the cases: each case replaces the one before, so a runner
+# never holds more than one of them (the largest may take much of the device's memory)
+RUNNER_KEY = "case"
 BENCH = "bench"
 AUTO = "auto"
 AUTO_MIX = (BENCH, "low", "prime", "pow2+1")  # decode-like, then prefill-like sizes
@@ -37,8 +40,9 @@ def _values_text(doc: dict) -> str:
     return ", ".join(parts) or "fixed"
 
 
-def recorded(data: dict, shapes: str) -> tuple[list[Case], str]:
-    """Every usable case of the reference data's companion, as verifier cases ("case0", ...), and
+def recorded(data: dict) -> tuple[list[Case], str]:
+    """Every usable case of the reference data's companion, as verifier cases ("case0", ...: who
+    they are; a runner keeps each under RUNNER_KEY), and
     a note on what was left out (compact cases, another shape set)."""
     docs = data.get("_case_sets") or []
     if not docs:

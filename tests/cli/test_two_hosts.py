@@ -99,6 +99,8 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     assert not (reference_host / "store").exists()
     best = json.loads((store / "kernels/cpu/vllm_triton/twice_vllm/best.json").read_text())
     assert best["unseen_inputs"] is True and best["verified"]["by"] == "seed_sets"
+    # the cases of its shape space beside the .pt in the folder were verified too (issue 32)
+    assert best["verified"]["cases"] == 2 and len(best["verified"]["case_labels"]) == 2
 
     # a folder the existing tools' generator made: no seed sets, their own manifest
     plain = target_host / "akg_refs"

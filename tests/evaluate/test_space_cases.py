@@ -48,7 +48,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ev(data):
     settings = EvalSettings.for_device(CPU)
-    settings.limits, settings.timed_cases, settings.cases = LIMITS, "bench,low,pow2+1", -1
+    settings.limits, settings.timed_cases, settings.cases = LIMITS, "bench,low", -1
     evaluator = Evaluator(ref_from_file(TASK, "demo"), data, CPU, settings)
     yield evaluator
     evaluator.close()
@@ -61,18 +61,18 @@ def test_a_correct_kernel_passes_at_every_case_and_is_timed_over_the_mix(ev):
     assert result.cases_checked == 4 and result.verified["cases"] == 4
     assert result.verified["case_labels"] == ["low", "pow2+1", "high", "random"]
     rows = result.timing["cases"]
-    assert [r["label"] for r in rows] == ["bench", "low", "pow2+1"]
-    assert [r["shape"] for r in rows] == [[[7, 300]], [[1, 300]], [[33, 300]]]
+    assert [r["label"] for r in rows] == ["bench", "low"]
+    assert [r["shape"] for r in rows] == [[[7, 300]], [[1, 300]]]
     for row in rows:
         assert row["time_ms"] > 0 and row["model_ms"] > 0 and row["speedup"] > 0
     mix = result.comparison["mix"]
-    geomean = math.exp(sum(math.log(r["speedup"]) for r in rows) / 3)
-    assert mix["cases"] == 3 and mix["ratio"] == pytest.approx(geomean)
+    geomean = math.exp(sum(math.log(r["speedup"]) for r in rows) / 2)
+    assert mix["cases"] == 2 and mix["ratio"] == pytest.approx(geomean)
     assert result.speedup_vs_model == mix["ratio"]  # the op's speedup is the mix's
     assert mix["slower"] == [r["label"] for r in rows if r["speedup"] < 1] and "low" in mix["slower"]
     # best.json's figures: every timed case, and the slower ones an export can route to the original
     shown = figures_of({"time_ms": 1.0, "timing": result.timing, "mix": mix}, {})
-    assert [r["label"] for r in shown["slower_cases"]] == mix["slower"] and len(shown["timed_cases"]) == 3
+    assert [r["label"] for r in shown["slower_cases"]] == mix["slower"] and len(shown["timed_cases"]) == 2
     assert shown["speedup_vs_model"] == mix["ratio"]
 
 
