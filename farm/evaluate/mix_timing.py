@@ -65,10 +65,13 @@ def _time_case(ev, case, mode: str, rounds: int) -> tuple[dict | None, float | N
     ev._mix_case, ev._mix_calls = case, max(1, round(calls * bench_bytes / case_bytes)) if calls else 0
     ev._clock = RoundClock(lead_allowed=outer_clock.lead_allowed)
     try:
-        for runner in (ev.candidates, ev.references):  # this case replaces the one a runner kept
-            runner.cached_inputs.discard(RUNNER_KEY)
-        if ev.references.call("put_inputs", ev.settings.limits.run_s, key=RUNNER_KEY, inputs=case.inputs).ok:
-            ev.references.cached_inputs.add(RUNNER_KEY)
+        ev.candidates.cached_inputs.discard(RUNNER_KEY)  # this case replaces the one the runner kept
+        trusted = ev.references
+        if getattr(trusted, "space_case", None) != (case.key, trusted.starts) or RUNNER_KEY not in trusted.cached_inputs:
+            trusted.cached_inputs.discard(RUNNER_KEY)  # (its graphs of the last case go with it: sandbox_child)
+            if trusted.call("put_inputs", ev.settings.limits.run_s, key=RUNNER_KEY, inputs=case.inputs).ok:
+                trusted.cached_inputs.add(RUNNER_KEY)
+                trusted.space_case = (case.key, trusted.starts)
         try:
             timed, _samples, outputs, failed = ev._interleave(mode, ["Model"], rounds)
         except NotCapturable:
