@@ -362,8 +362,11 @@ class Evaluator(TrustedSide, Comparison):
         fails here, at the case it gets wrong."""
         for case in self.space_cases:
             self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)  # this case replaces the last one
-            reply = self._call("run", self.settings.limits.run_s, space_cases.RUNNER_KEY, case.inputs,
-                               inplace_args=self.task.inplace_args)
+            try:
+                reply = self._call("run", self.settings.limits.run_s, space_cases.RUNNER_KEY, case.inputs,
+                                   inplace_args=self.task.inplace_args)
+            except _Stop as stop:  # a kernel compiled for one shape raises at another: say where
+                raise _Stop(stop.verdict, f"{case.describe()}: {stop.reason}", stop.log) from None
             self._check_run(reply, f"the {case.label}")
             self.verifier.check_seed(reply["outputs"], case, first["outputs"])
             result.cases_checked += 1

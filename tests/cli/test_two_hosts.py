@@ -88,6 +88,10 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     assert res.exit_code == 0, res.output
     rows = _ops(res)
     assert set(rows) == {f"{s}/{op}" for s, (_f, op, _t, _m) in TASKS.items()}
+    # inductor's kernel for the PyTorch Model is compiled for the benchmark shape alone: it fails at
+    # the first other case of the space, and the verdict says which (issue 32)
+    torch_op = rows.pop("vllm_torch/twice_torch")
+    assert torch_op["status"] == "zero_pass" and "low case of the shape space (" in torch_op["error"], torch_op
     assert all(r["status"] == "succeeded" and r["unseen_inputs"] is True for r in rows.values()), rows
     done = rows["vllm_triton/twice_vllm"]
     assert done["submitted"] == 1 and done["promoted"] is True  # not searched twice, and said as it was
