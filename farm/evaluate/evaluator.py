@@ -9,13 +9,15 @@ Stages, each of which can end the evaluation with its verdict:
     verify   outputs on the .pt inputs against the .pt outputs;               -> mismatch | cheat
              inputs unchanged; a Triton kernel launched on the timed stream
              from the calling thread; a second run identical; the same check
-             on secret fresh seeds against Reference run on the target
+             on secret fresh seeds against Reference run on the target; then
+             each recorded case of the op's shape space (farm.evaluate.space_cases)
     probes   secret input sets never shown to the candidate reach its runner
              (a verification: the timing's exclusive hold starts after them)
     time     warm-up, flushed, event-timed repetitions until the RSE target    -> cheat (unseen work)
              (the per-call figure, probes and host checks); then the comparison:
              candidate and baselines timed in alternating rounds, in the op's timing
-             mode (CUDA graph for short ops), outputs of the timed calls checked again
+             mode (CUDA graph for short ops), outputs of the timed calls checked again;
+             then each further case of the serving mix (farm.evaluate.mix_timing)
     pass     with speedups against Model and Reference measured in that comparison
              (farm.evaluate.speedup), and the fraction of the device's physical limit
 
