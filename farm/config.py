@@ -219,6 +219,10 @@ class EvaluatorSettings(_Section):
         metadata=_meta("refuse to evaluate when no sandbox can be set up (on by default in `farm worker` and the "
                        "worker images)"),
     )
+    cases: int = field(default=-1, metadata=_meta("cases of an op's .cases a candidate is verified at (-1: all)",
+                                                   ge=-1))
+    timed_cases: str = field(default="auto", metadata=_meta(
+        "case labels timed for an op's speedup, a geomean (docs/evaluator.md): auto, or bench,low,... [SOURCE:...;]"))
     compile_workers: int = field(
         default=0,
         metadata=_meta("compile-ahead processes per search (docs/search.md): 0 off (default until measured on a "

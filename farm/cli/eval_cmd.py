@@ -16,6 +16,7 @@ from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
 from farm.evaluate.timing import check_flush, check_mode
 from farm.evaluate import verified
 from farm.reference import folder as refolder
+from farm.reference import cases as ref_cases
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.storage import open_store
@@ -101,7 +102,7 @@ def _reference_data(s, ref: corpus.TaskRef, ref_pt: Path | None) -> dict:
                         f"--ops {ref.op}` first, or pass --ref-pt")
     with tempfile.TemporaryDirectory(prefix="farm-eval-") as tmp:
         st.get_file(key, Path(tmp) / "ref.pt")
-        return seedsets.attach(st, load_pt(Path(tmp) / "ref.pt"))
+        return ref_cases.attach(st, seedsets.attach(st, load_pt(Path(tmp) / "ref.pt")))
 
 
 def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
@@ -137,8 +138,23 @@ def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
                 c = comp[key]
                 out.print(f"  vs {key.title()}: {c['ratio']:.3f}x (min {c['min']:.3f}, max {c['max']:.3f}, "
                           f"95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}, {c['rounds']} interleaved rounds)")
+        _print_cases(result)
         out.print(f"  speedup vs Model: {fmt_num(result.speedup_vs_model, '.2f')}x; "
                   f"vs Reference: {fmt_num(result.speedup_vs_reference, '.2f')}x"
                   + (" [yellow](suspicious: replay on fresh inputs before trusting it)[/]" if result.suspicious else ""))
     elif result.log and result.log.strip() != result.reason:
         err.print(result.log[-2000:], highlight=False, markup=False)
+
+
+def _print_cases(result) -> None:
+    """The serving mix (farm.evaluate.mix_timing): one row per timed case, then its geomean."""
+    rows = (result.timing or {}).get("cases") or []
+    if len(rows) > 1:
+        out.print(table("timed cases", ["case", "shape", "ms", "Model ms", "speedup"],
+                        [[r["label"], " ".join(map(str, r["shape"])), fmt_num(r["time_ms"], ".4f"),
+                          fmt_num(r["model_ms"], ".4f"), fmt_num(r["speedup"], ".3f")] for r in rows]))
+    mix = (result.comparison or {}).get("mix")
+    if mix:
+        out.print(f"  serving mix: geomean {mix['ratio']:.3f}x over {mix['cases']} cases (95% CI "
+                  f"{mix['ci_low']:.3f}-{mix['ci_high']:.3f})"
+                  + (f"; slower than the Model at {', '.join(mix['slower'])}" if mix.get("slower") else ""))

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from farm.evaluate import limits, quiet, timing
+from farm.evaluate import limits, mix_timing, quiet, space_cases, timing
 from farm.evaluate import speedup as speedups
 from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
@@ -32,6 +32,8 @@ class Comparison:
 
     _pinned = False  # a timing of this evaluator holds the device and has pinned its runners
     _cut = 0
+    _mix_case = None  # the case of the serving mix being timed (farm.evaluate.mix_timing)
+    _mix_calls = 0  # its graph size
 
     @contextmanager
     def _device(self, phase: str, pin: bool = False) -> Iterator[None]:
@@ -72,6 +74,8 @@ class Comparison:
     def _time_cases(self) -> tuple[list[str], list]:
         """The secret input sets timing rotates through; the .pt's own where there are none
         (reference data without secret seed sets: farm.evaluate.verified)."""
+        if self._mix_case is not None:  # a case of the serving mix (farm.evaluate.mix_timing)
+            return [space_cases.RUNNER_KEY], [(self._mix_case.inputs, self._mix_case.expected)]
         cases = self.fresh_cases()
         if not cases:
             return ["pt"], [(self.inputs, self.expected)]
@@ -204,7 +208,7 @@ class Comparison:
         baselines that failed (name -> why). With `bar`, a candidate out of the running ends
         after half the rounds (`_out_of_running`)."""
         self._put_time_cases()
-        calls = self.op_timing()["graph_calls"] if mode == "graph" else 0
+        calls = (self._mix_calls or self.op_timing()["graph_calls"]) if mode == "graph" else 0
         keys = self._graph_keys() if mode == "graph" else self._time_cases()[0]
         reps = self.settings.round_reps
         order = speedups.round_order(baselines, rounds)
@@ -298,6 +302,8 @@ class Comparison:
         result.suspicious = bool(result.speedup_vs_reference and result.speedup_vs_reference > SUSPICIOUS_SPEEDUP)
         result.baseline = {k: v for k, v in self.baseline().items() if not k.endswith("_timing")}
         result.limit = self._limit(result.timing["median_ms"], mode)
+        if not self._null_run:
+            mix_timing.time_mix(self, result, mode, ready, rounds)
 
     def _check_clock(self, mode: str, ready: list[str], rounds: int) -> None:
         """The candidate's claimed times against this process's clock (farm.evaluate.timer). A
@@ -436,6 +442,7 @@ class Comparison:
         null = self.null_check() if needed else None
         return {"runner": "fresh", "harness": "independent", "time_ms": result.timing["median_ms"],
                 "timing": result.timing, "model": model, "reference": result.comparison.get("reference"),
+                "mix": result.comparison.get("mix"),
                 "comparison": result.comparison, "limit": result.limit, "null": null,
                 "seeds_checked": result.seeds_checked,
                 "null_skipped": "" if needed or not model_runs else "the ratio cannot clear the promotion bar",

@@ -9,13 +9,15 @@ Stages, each of which can end the evaluation with its verdict:
     verify   outputs on the .pt inputs against the .pt outputs;               -> mismatch | cheat
              inputs unchanged; a Triton kernel launched on the timed stream
              from the calling thread; a second run identical; the same check
-             on secret fresh seeds against Reference run on the target
+             on secret fresh seeds against Reference run on the target; then
+             each recorded case of the op's shape space (farm.evaluate.space_cases)
     probes   secret input sets never shown to the candidate reach its runner
              (a verification: the timing's exclusive hold starts after them)
     time     warm-up, flushed, event-timed repetitions until the RSE target    -> cheat (unseen work)
              (the per-call figure, probes and host checks); then the comparison:
              candidate and baselines timed in alternating rounds, in the op's timing
-             mode (CUDA graph for short ops), outputs of the timed calls checked again
+             mode (CUDA graph for short ops), outputs of the timed calls checked again;
+             then each further case of the serving mix (farm.evaluate.mix_timing)
     pass     with speedups against Model and Reference measured in that comparison
              (farm.evaluate.speedup), and the fraction of the device's physical limit
 
@@ -46,7 +48,7 @@ from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
-from farm.evaluate import pids, profiles, static_checks, timed_checks, timing
+from farm.evaluate import pids, profiles, space_cases, static_checks, timed_checks, timing
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import LOG_CHARS, REASON_CHARS, EvalResult
@@ -95,6 +97,10 @@ class EvalSettings:
     per_call_budget_ms: float | None = 100.0
     out_of_running: float | None = 0.9
     warm_runners: int = 1  # candidate runners kept started ahead (farm.evaluate.pool)
+    # the cases of the op's shape space verified and timed (farm.evaluate.space_cases); None:
+    # the settings' evaluator.cases and evaluator.timed_cases
+    cases: int | None = None
+    timed_cases: str | None = None
 
     @classmethod
     def for_device(cls, spec: DeviceSpec, profile: str = "farm") -> EvalSettings:
@@ -135,6 +141,9 @@ class Evaluator(TrustedSide, Comparison):
         self.init_inputs = list(ref_data["init_inputs"])
         self.inputs = list(ref_data["inputs"])
         self.expected = list(ref_data["outputs"])
+        recorded, self.cases_note = space_cases.recorded(ref_data)
+        self.mix = space_cases.timed(recorded, self._setting("timed_cases"), task_ref.source, spec.target.interpret)
+        self.space_cases = space_cases.verified(recorded, self._setting("cases"), self.mix)
         self.boundary = os_boundary.current(self.settings.sandbox)  # raises where one is required and unavailable
         self.secrets = secret_values(current_settings())
         self.verifier = Verifier(self.tolerance)
@@ -156,6 +165,10 @@ class Evaluator(TrustedSide, Comparison):
         self._floor: dict | None = None
         self._null_run = False  # the candidate runner holds the task's own Model (confirm's null check)
         self.lease = device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
+
+    def _setting(self, name: str):
+        value = getattr(self.settings, name)
+        return getattr(current_settings().evaluator, name) if value is None else value
 
     # ------------------------------------------------------------ candidate side
 
@@ -197,7 +210,8 @@ class Evaluator(TrustedSide, Comparison):
         if result.passed and self.backward is not None:
             self.backward.speedups(result)
         if result.passed:
-            result.verified = {**self.verification(), "checked": result.seeds_checked}
+            result.verified = {**self.verification(), "checked": result.seeds_checked,
+                               **self.cases_verified(result.cases_checked)}
         return result
 
     def _retire(self) -> None:
@@ -338,10 +352,28 @@ class Evaluator(TrustedSide, Comparison):
             self.verifier.check_seed(reply["outputs"], case, first["outputs"])
             result.seeds_checked += 1
             self._check_deadline(f"fresh seed {i + 1}")
+        self._verify_space(first, result)
         if fresh:
             self._ghost(reply["outputs"], fresh[-1].key, fresh[-1].inputs)
         else:  # the .pt alone (no unseen inputs): the decoy check still runs on it
             self._ghost(first["outputs"], "pt", self.inputs)
+
+    def _verify_space(self, first: dict, result: EvalResult) -> None:
+        """The cases of the op's shape space (farm.evaluate.space_cases), once the cheap checks
+        passed: a kernel that assumes one shape (a hard-coded size, a grid without the tail)
+        fails here, at the case it gets wrong."""
+        for case in self.space_cases:
+            self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)  # this case replaces the last one
+            try:
+                reply = self._call("run", self.settings.limits.run_s, space_cases.RUNNER_KEY, case.inputs,
+                                   inplace_args=self.task.inplace_args)
+            except _Stop as stop:  # a kernel compiled for one shape raises at another: say where
+                raise _Stop(stop.verdict, f"{case.describe()}: {stop.reason}", stop.log) from None
+            self._check_run(reply, f"the {case.label}")
+            self.verifier.check_seed(reply["outputs"], case, first["outputs"])
+            result.cases_checked += 1
+            self._check_deadline(case.label)
+        self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)
 
     def _ghost(self, real: list, key: str, inputs: list) -> None:
         """Replay with every Triton launch turned into a no-op: if the outputs do not change,

@@ -19,6 +19,7 @@ class EvalResult:
     log: str = ""
     outputs: list[dict] = field(default_factory=list)
     seeds_checked: int = 0
+    cases_checked: int = 0  # cases of the op's shape space verified (farm.evaluate.space_cases)
     launches: int = 0
     kernels: list[str] = field(default_factory=list)
     timing: dict | None = None

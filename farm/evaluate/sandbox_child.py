@@ -214,6 +214,8 @@ class Runner(RoundsMixin, TrustedMixin):
         del junk
 
     def put_inputs(self, key: str, inputs: list, output_nbytes: list | None = None) -> dict:
+        # a set put again under its key (the shape-space cases share one) voids the graphs captured on the old one
+        self.graphs = {k: v for k, v in self.graphs.items() if key not in k[1]}
         self.inputs[key] = to_device(inputs, self.device)
         self.fingerprints[key] = _fingerprint(self.inputs[key])
         if output_nbytes is not None:

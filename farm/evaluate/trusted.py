@@ -34,7 +34,8 @@ class TrustedSide:
         """What a runner is told before it starts: the sizes its outputs take (it poisons them
         before each run; a reply may carry no more than twice as much per output set)."""
         box.output_nbytes = _nbytes(self.expected)
-        box.output_cap = max(1 << 20, 2 * sum(box.output_nbytes))
+        largest = max([sum(box.output_nbytes)] + [sum(_nbytes(c.expected)) for c in self.space_cases])
+        box.output_cap = max(1 << 20, 2 * largest)
 
     def _prime(self, box: Sandbox) -> None:
         """A pool runner gets the public input sets before its candidate (never the probes),
@@ -102,6 +103,9 @@ class TrustedSide:
         return cases[len(cases) - self._probe_count():]
 
     def verification(self) -> dict:
+        return {**self._unseen_verification(), **self.cases_verified(len(self.space_cases))}
+
+    def _unseen_verification(self) -> dict:
         if self.pt_only:
             return verified.pt_only(self.data.get("device_name"))
         if self.uses_seed_sets:
@@ -110,6 +114,13 @@ class TrustedSide:
         return {"by": "reference", "sets": len(self._all_cases()),
                 "truth": f"{self.task.truth_cls.__name__} on the target, fresh secret seeds",
                 **({"fitted": self.data["fitted"]} if self.data.get("fitted") else {})}
+
+    def cases_verified(self, checked: int) -> dict:
+        """What a verdict records of the shape-space cases: how many of which, and what was left out."""
+        if not self.space_cases and not self.cases_note:
+            return {}
+        return {"cases": checked, "case_labels": [c.tag for c in self.space_cases][:checked],
+                **({"cases_note": self.cases_note} if self.cases_note else {})}
 
     def _all_cases(self) -> list[tuple[list, list]]:
         if self.pt_only:

@@ -35,8 +35,17 @@ def unseen_checked(verified: dict | None) -> bool:
 
 
 def describe(verified: dict | None, checked: int | None = None) -> str:
-    """Beyond the .pt, in words: how many unseen input sets, and whose answers."""
+    """Beyond the .pt, in words: how many unseen input sets, and whose answers; then the cases
+    of the op's shape space (farm.evaluate.space_cases) where there were any."""
     verified = verified or {}
+    text = _unseen(verified, checked)
+    if verified.get("cases"):
+        text += (f"; and {verified['cases']} cases of the shape space "
+                 f"({', '.join(verified.get('case_labels') or [])}) against the original Model's recorded outputs")
+    return text
+
+
+def _unseen(verified: dict, checked: int | None) -> str:
     by = verified.get("by")
     if by == "pt_only":
         return f"NONE: {NO_UNSEEN}"

@@ -25,6 +25,7 @@ class Case:
     seed: int | None = None
     secret: bool = False
     shapes: list = field(default_factory=list)
+    tag: str = ""  # a case of the op's shape space: its label there (bench, low, prime, ...)
 
     def describe(self) -> str:
         shapes, dtypes = describe_values(self.inputs)

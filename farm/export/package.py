@@ -178,7 +178,10 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
         device = _device_of(target)
         kernels[target] = {
             "module": f"kernel_{target}", **device, "verified_inputs": [describe(v) for v in data["inputs"]],
-            "envelope": envelope.check(ref, data, folder / f"kernel_{target}.py", device, cases),
+            "envelope": {**envelope.check(ref, data, folder / f"kernel_{target}.py", device, cases),
+                         # sizes where the kernel was timed slower than the original go to the original
+                         "slower": [{k: r.get(k) for k in ("label", "shape", "speedup")}
+                                    for r in meta.get("slower_cases") or []]},
             "ref_sha256": pt_sha, "ref_matches": (meta.get("verified") or {}).get("ref_sha256") in (None, pt_sha),
             "config": report.get("config", {}), "command": reproduce_command(meta, report),
             **{k: meta.get(k) for k in ("run", "candidate", "generator", "device_name", "time_ms",

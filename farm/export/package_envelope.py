@@ -107,6 +107,14 @@ def outside(envelope: dict, inputs: tuple, loose: bool = False) -> str:
     return best if len(dtypes) < 2 or "dtype" not in best else f"{best} (verified dtypes: {', '.join(dtypes)})"
 
 
+def slower(envelope: dict, inputs: tuple) -> str:
+    """'' unless the inputs' tensor shapes are those of a timed case where the kernel was slower
+    than the original (best.json's slower_cases, issue 32): there the original is the faster path."""
+    shapes = [list(v.shape) for v in inputs if isinstance(v, torch.Tensor)]
+    hit = next((row for row in envelope.get("slower") or [] if row.get("shape") == shapes), None)
+    return "" if hit is None else f"the {hit.get('label')} case {shapes}: timed {hit.get('speedup', 0):.2f}x the original"
+
+
 def _match(signature: list[dict], inputs: tuple, ranges: dict) -> str:
     if len(inputs) != len(signature):
         return f"{len(inputs)} arguments, verified {len(signature)}"

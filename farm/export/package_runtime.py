@@ -17,6 +17,8 @@ The dispatch rule, the same for every op of the package. For each call, in this 
    within its ranges, and the dtypes the kernel was checked at; where the export could not check
    the space, the stored seed set's exact shapes) or the constructor arguments differ from the
    verified ones: fallback (KFARM_SHAPES=rank accepts any shape of the same rank: unverified);
+   so are the exact shapes of a timed case where the kernel was slower than the original
+   (best.json's slower_cases: rule "slower", counted like every fallback);
 5. the kernel module cannot be imported: fallback, with a FallbackWarning naming the error (once);
 6. otherwise the kernel.
 
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from farm.export.package_envelope import describe, outside, same_init
+from farm.export.package_envelope import describe, outside, same_init, slower
 
 FORCE_ENV = "KFARM_FORCE_FALLBACK"
 SHAPES_ENV = "KFARM_SHAPES"
@@ -276,6 +278,9 @@ class Op:
         why = outside(self.envelope(target), inputs, loose=policy == "rank")
         if why:
             return self._fallback(f"outside the verified envelope ({why})", "envelope")
+        why = "" if policy == "rank" else slower(self.envelope(target), inputs)
+        if why:
+            return self._fallback(f"slower than the original here ({why})", "slower")
         if policy != "rank" and init_inputs is not None and not same_init(list(init_inputs), self.init_inputs()):
             return self._fallback("constructor arguments differ from the verified ones", "init")
         if self.kernel_class(target) is None:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from farm.corpus.cases import applied, draw_cases
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError, TaskError
-from farm.reference.ptfile import load_companion
+from farm.reference.ptfile import load_companion, load_pt_file
 from farm.runtime import grads
 from farm.runtime.tensors import clone_values, to_device
 from farm.storage import Store
@@ -92,3 +92,22 @@ def load(store: Store, data: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(cases, list):
         raise FarmError(f"{store.url}/{key}: holds no cases")
     return cases
+
+
+def attach(store: Store | None, data: dict[str, Any], beside=None) -> dict[str, Any]:
+    """The .pt dict with its cases under "_case_sets" (never written anywhere), for the verifier
+    (farm.evaluate.space_cases). `beside`: the companion file next to a folder's .pt, read in
+    place (its sha256 is checked by farm.reference.folder); else the store's."""
+    if not data.get(POINTER):
+        return data
+    if beside is not None and beside.is_file():
+        doc = load_pt_file(beside)
+        cases = doc.get("cases") if isinstance(doc, dict) else None
+        if not isinstance(cases, list):
+            raise FarmError(f"{beside}: holds no cases")
+    elif store is not None:
+        cases = load(store, data)
+    else:
+        return data
+    data["_case_sets"] = cases
+    return data

@@ -118,7 +118,10 @@ def load(pt: Path, store: Store | None = None) -> dict[str, Any]:
     if pointer is not None:
         data["_seed_sets"] = _seed_sets(pt, folder, entry, pointer, data, store)
     _check_cases(pt, data)
-    return data
+    pointer = data.get(ref_cases.POINTER)
+    key = pointer.get("key") if isinstance(pointer, dict) else None
+    from_store = store if key and store is not None and store.head(key) is not None else None
+    return ref_cases.attach(from_store, data, beside=pt.with_suffix(ref_cases.SUFFIX))
 
 
 def _check_cases(pt: Path, data: dict) -> None:

@@ -91,7 +91,8 @@ class OpView:
         conf = self.summary.get("confirmation") or {}
         if conf.get("error") or conf.get("time_ms") is None:
             return None
-        return (conf.get(basis) or {}).get("ratio")
+        # against the Model, the serving mix's geomean where one was timed (farm.evaluate.mix_timing)
+        return ((conf.get("mix") if basis == "model" else None) or conf.get(basis) or {}).get("ratio")
 
 
 @dataclass

@@ -278,6 +278,7 @@ def op_section(op: OpView, plot: str | None, link: dict[str, str]) -> str:
                      f'{esc(best.get("note", ""))}), island {esc(best.get("lineage", "?"))}, generation '
                      f'{esc(best.get("generation", "?"))}; ancestry {esc(" → ".join(chain))}. '
                      + " · ".join(f'<a href="{esc(h)}">{esc(n)}</a>' for n, h in link.items()) + "</p>")
+        lines.append(cases_table(op, best))
     elif op.status == "failed":
         lines.append(f'<p class="empty">The search could not run: {esc(op.error or "no reason recorded")}</p>')
     else:
@@ -289,6 +290,23 @@ def op_section(op: OpView, plot: str | None, link: dict[str, str]) -> str:
                             "(lineage), children below parents, colour = verdict, star = best kernel; thick blue "
                             "edges are the best kernel's ancestry, dashed arrows the inspirations each of them was shown.", ""))
     return "".join(lines)
+
+
+def cases_table(op: OpView, best: dict) -> str:
+    """The serving mix's per-case figures (farm.evaluate.mix_timing): the re-timing's where there
+    is one, else the search's; nothing where one case was timed."""
+    conf = op.summary.get("confirmation") or {}
+    rows = ((conf.get("timing") if conf.get("time_ms") is not None else best.get("timing")) or {}).get("cases") or []
+    if len(rows) < 2:
+        return ""
+    body = "".join(f"<tr><td>{esc(r.get('label'))}</td><td>{esc(r.get('shape'))}</td><td>{esc(_ms(r.get('time_ms')))}</td>"
+                   f"<td>{esc(_ms(r.get('model_ms')))}</td><td>{fmt_x(r.get('speedup'))}</td></tr>" for r in rows)
+    return ("<table><tr><th>timed case</th><th>input shapes</th><th>kernel ms</th><th>Model ms</th><th>speedup</th>"
+            f"</tr>{body}</table>")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 # ---------------------------------------------------------------- kernel files

@@ -44,7 +44,7 @@ STATE_VERSION = 1
 PROPOSAL_ATTEMPTS = 12  # tries to find a non-duplicate child before giving up on a slot
 # per candidate, in the checkpoint: the figure, its timing mode and why, and the per-call figure
 TIMING_KEPT = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "method", "mode", "mode_reason", "op_mode", "flush",
-               "graph_calls", "per_call_ms")
+               "graph_calls", "per_call_ms", "cases")  # cases: the serving mix's rows (farm.evaluate.mix_timing)
 
 
 @dataclass
@@ -405,6 +405,7 @@ class OpSearch:
         confirmation = evaluator.confirm(best.source, name=f"{best.id}-confirm")
         confirmation["candidate"] = best.id
         confirmation["claimed"] = (best.comparison or {}).get("model")  # the search's figure, beside it
+        confirmation["claimed_mix"] = (best.comparison or {}).get("mix")
         confirmation["model_runs"] = evaluator.model_runs()
         self.on_event("confirm", confirmation)
         return confirmation

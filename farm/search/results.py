@@ -154,10 +154,12 @@ def figures_of(confirmation: dict | None, best: dict[str, Any]) -> dict[str, Any
     conf = confirmation or {}
     if conf.get("time_ms") is not None:
         return {"time_ms": conf["time_ms"], "timing_mode": (conf.get("timing") or {}).get("mode", "?"),
-                "speedup_vs_model": (conf.get("model") or {}).get("ratio"),
+                "speedup_vs_model": (conf.get("mix") or conf.get("model") or {}).get("ratio"),
+                **_cases_of(conf.get("timing")),
                 "speedup_vs_reference": (conf.get("reference") or {}).get("ratio"),
                 "limit": conf.get("limit"), "fraction_of_limit": (conf.get("limit") or {}).get("fraction")}
     return {"time_ms": best.get("time_ms"), "timing_mode": (best.get("timing") or {}).get("mode", "events"),
+            **_cases_of(best.get("timing")),
             "speedup_vs_model": best.get("speedup_vs_model"), "speedup_vs_reference": best.get("speedup_vs_reference"),
             "limit": best.get("limit"), "fraction_of_limit": (best.get("limit") or {}).get("fraction")}
 
@@ -202,6 +204,14 @@ def fmt_best(best: dict | None, digits: int = 2) -> str:
         return "-"
     extra = ", not re-timed" if not best.get("retimed", True) else ""
     return f"{best['speedup_vs_model']:.{digits}f}x ({best.get('timing_mode') or '?'}{extra})"
+
+
+def _cases_of(timing: dict | None) -> dict[str, Any]:
+    """The per-case figures of the serving mix (farm.evaluate.mix_timing) and the cases where the
+    kernel is slower than the original: an export can route those sizes to the original."""
+    rows = (timing or {}).get("cases") or []
+    return {"timed_cases": rows,
+            "slower_cases": [r for r in rows if r.get("speedup") is not None and r["speedup"] < 1.0]}
 
 
 def _unseen(how: dict) -> str:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from farm.errors import FarmError
 from farm.export import naming
-from farm.export.package_envelope import describe, infer, outside
+from farm.export.package_envelope import describe, infer, outside, slower
 from farm.export.package_layers import recognise
 
 SPACE = {"dims": [{"name": "B", "low": 1, "high": 64}, {"name": "T", "low": 1, "high": 4096}]}
@@ -112,3 +112,10 @@ def test_the_default_name_is_stable_and_an_earlier_export_may_be_replaced(tmp_pa
     importlib.invalidate_caches()
     with pytest.raises(FarmError, match="an installed module has that name"):
         naming.package_name("kf_old")
+
+
+def test_the_shapes_of_a_slower_case_go_to_the_original():
+    # best.json's slower_cases, as farm export copies them into the envelope (issue 32)
+    env = {"signatures": [], "slower": [{"label": "low", "shape": [[1, 300]], "speedup": 0.8}]}
+    assert slower(env, (torch.zeros(1, 300),)) == "the low case [[1, 300]]: timed 0.80x the original"
+    assert slower(env, (torch.zeros(2, 300),)) == "" and slower({"signatures": []}, (torch.zeros(1, 300),)) == ""

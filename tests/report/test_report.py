@@ -19,7 +19,7 @@ from farm.errors import FarmError
 from farm.export import fetch as fetching
 from farm.generators import Generator, Proposal
 from farm.reference.generate import generate_references
-from farm.report import collect, figures, publish, write_report
+from farm.report import collect, figures, page, publish, write_report
 from farm.search.batch import search_batch
 from farm.search.controller import SearchConfig
 from farm.search.database import Database, Record
@@ -178,8 +178,16 @@ def test_run_figures_never_divide_by_zero_or_invent_numbers():
     # the end-of-search re-timing (what promotion used) wins over the search's own figure
     op.summary["confirmation"] = {"time_ms": 1.1, "model": {"ratio": 3.5}}
     assert op.speedup("model") == 3.5 and op.speedup("compile") == 2.0
+    # a serving mix (issue 32): its geomean is the op's speedup, its cases a table on the op's page
+    rows = [{"label": "bench", "shape": [[7, 300]], "time_ms": 1.1, "model_ms": 3.9, "speedup": 3.5},
+            {"label": "low", "shape": [[1, 300]], "time_ms": 0.2, "model_ms": 0.1, "speedup": 0.5}]
+    op.summary["confirmation"] = {"time_ms": 1.1, "model": {"ratio": 3.5}, "mix": {"ratio": 1.32},
+                                  "timing": {"cases": rows}}
+    assert op.speedup("model") == 1.32
+    table = page.cases_table(op, op.best)
+    assert "<td>low</td><td>[[1, 300]]</td><td>0.2</td><td>0.1</td><td>0.5x</td>" in table
     op.summary["confirmation"] = {"error": "timed out", "time_ms": None}
-    assert op.speedup("model") == 4.0
+    assert op.speedup("model") == 4.0 and page.cases_table(op, op.best) == ""
 
 
 def test_lineage_layout_centres_parents_and_keeps_islands_apart():
