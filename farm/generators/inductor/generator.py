@@ -34,8 +34,8 @@ from pathlib import Path
 from farm.evaluate import static_checks
 from farm.generators.base import Candidate, Context, Generator, Proposal
 from farm.generators.inductor import backward as bwd
-from farm.generators.inductor.assemble import assemble
 from farm.generators.inductor.capture import capture_child
+from farm.generators.inductor.dispatch import assemble_cases
 from farm.generators.inductor.layers import Unsupported
 from farm.runtime.isolation import run_in_child
 from farm.targets import DeviceSpec, get_target, resolve_device
@@ -144,8 +144,9 @@ class InductorGenerator(Generator):
         mode, options = plan
         if options:
             mode = f"{mode} {_describe(options)}"  # for the reasons below
+        cases = ctx.device.get("cases") if not path.endswith("_vjp.py") else None  # the backward: bench only
         args = (path, ctx.source, shapes, plan[0], ctx.target, 0, True, ctx.shape_policy,
-                ctx.device.get("reference_class"), options)
+                ctx.device.get("reference_class"), options, cases or None)
         outcome = run_in_child(capture_child, args, timeout_s=self.timeout_s, env=env)
         if not outcome.ok:
             last = outcome.error.strip().splitlines()[-1] if outcome.error.strip() else outcome.status
@@ -157,7 +158,7 @@ class InductorGenerator(Generator):
             self._skip(f"mode {mode}: no seed: {cap.get('reason')}")
             return None
         try:
-            source = assemble(cap, ctx.target)
+            source = assemble_cases(cap, ctx.target)
         except Unsupported as exc:
             self._skip(f"mode {mode}: inductor's output cannot become a candidate: {exc}")
             return None
