@@ -13,7 +13,10 @@ not autotune). Any other target gets no seeds, with a log line saying why: on as
 stock inductor has no NPU backend (torch_npu brings its own, which the farm has never run).
 
 Candidates are shape-specialized (they assert the captured shapes, strides, dtypes and
-constructor arguments). The shape set is the generator's `shapes` option, else
+constructor arguments). Where the search passes the recorded cases of the op's shape space
+(`ctx.device["cases"]`), the child compiles at each case's inputs too and the candidate
+dispatches on its inputs' shapes (farm.generators.inductor.dispatch), so it is right at every
+case the evaluator verifies. The shape set is the generator's `shapes` option, else
 `ctx.device["shapes"]` (the search passes the reference data's), else "small" on cpu and
 "bench" elsewhere (as `farm reference --shapes auto`). The device is `ctx.device["label"]`
 ("cuda:1", as the evaluator's device_info names it), else `ctx.device["index"]`, else 0.
@@ -136,7 +139,7 @@ class InductorGenerator(Generator):
                         self._skip(f"{label}: the same kernels as an earlier capture")
                         continue
                     made.add(body)
-                out.append(Proposal(source, self.name, note=f"{label} ({shapes} shapes)"))
+                out.append(Proposal(source, self.name, note=f"{label} ({shapes} shapes{_per_case(source)})"))
         return out
 
     def _one(self, ctx: Context, spec: DeviceSpec, path: str, shapes: str, plan: tuple[str, dict],
@@ -221,6 +224,12 @@ class InductorGenerator(Generator):
     def skipped_variants(target: str) -> dict[str, str]:
         """Variant -> why this target cannot take it."""
         return {name: why for name, (_, _, why) in VARIANTS.items() if target == "cpu" and why}
+
+
+def _per_case(source: str) -> str:
+    """The note's word on a seed compiled per case of the shape space (farm.generators.inductor.dispatch)."""
+    sets = source.count("def _forward_")
+    return f"; dynamic=False per case: {sets} kernel sets, one per recorded case, picked by input shape" if sets else ""
 
 
 def _describe(options: dict) -> str:
