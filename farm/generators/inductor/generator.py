@@ -150,7 +150,8 @@ class InductorGenerator(Generator):
         cases = ctx.device.get("cases") if not path.endswith("_vjp.py") else None  # the backward: bench only
         args = (path, ctx.source, shapes, plan[0], ctx.target, 0, True, ctx.shape_policy,
                 ctx.device.get("reference_class"), options, cases or None)
-        outcome = run_in_child(capture_child, args, timeout_s=self.timeout_s, env=env)
+        # one compile per case: the timeout is per compile
+        outcome = run_in_child(capture_child, args, timeout_s=self.timeout_s * (1 + len(cases or [])), env=env)
         if not outcome.ok:
             last = outcome.error.strip().splitlines()[-1] if outcome.error.strip() else outcome.status
             self._skip(f"mode {mode}: capture {outcome.status} in stage {outcome.stage}: {last}")
