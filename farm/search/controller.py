@@ -159,7 +159,10 @@ class OpSearch:
         return Context(task_source=self.ref.path.read_text(), op=self.ref.op, source=self.ref.source,
                        target=self.target, device={**self.device_info, "shapes": self.data.get("shapes", "bench"),
                                                    "mode": self.data.get("mode"),
-                                                   "reference_class": self.data.get("reference_class")},
+                                                   "reference_class": self.data.get("reference_class"),
+                                                   # the space's recorded cases (inductor compiles per shape)
+                                                   "cases": [] if self.data.get("fitted") else
+                                                   [d["case"] for d in self.data.get("_case_sets") or []]},
                        rng=rng, recent_errors=self.errors[-3:], shape_policy=self.ref.policy)
 
     def _make_seeds(self) -> None:

@@ -269,8 +269,14 @@ def capture_child(
     policy=None,
     reference: str | None = None,
     options: dict | None = None,
+    cases: list[dict] | None = None,
 ) -> dict:
     """In a child pinned to the target: compile the ground truth and record what inductor made.
+
+    `cases`: the recorded cases of the op's shape space (farm.corpus.cases.Case.as_dict); each
+    whose inputs differ from the benchmark case's is compiled at its own shapes too, under
+    capture["cases"] (a list of {"case", "wrapper", "launches", "inputs", ...}), for a candidate
+    that dispatches on its input shapes (farm.generators.inductor.dispatch).
 
     Returns {"ok": True, ...capture...} or {"ok": False, "reason": ...} for an understood
     refusal; unexpected errors raise (the parent gets the traceback)."""
@@ -308,19 +314,9 @@ def capture_child(
     unknown = _set_options(options or {})
     if unknown:
         return {"ok": False, "reason": f"this torch's inductor has no option {unknown}"}
-    rec = _Recorder(execute_kernels=target != "cpu")
-    undo = rec.install()
-    try:
-        compiled = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False, fullgraph=True)
-        with torch.no_grad():
-            out = compiled(*dev_inputs)
-        if target != "cpu":
-            torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - torch.compile failing is a reason, not a crash
-        return {"ok": False, "reason": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:600]}"}
-    finally:
-        for fn in undo:
-            fn()
+    out, rec, reason = _compiled_call(model, dev_inputs, mode, target)
+    if reason:
+        return {"ok": False, "reason": reason}
     report("record")
     if rec.problems:
         return {"ok": False, "reason": "; ".join(rec.problems)}
@@ -333,6 +329,13 @@ def capture_child(
     except Unsupported as exc:
         return {"ok": False, "reason": str(exc)}
     capture["layers"], capture["init_copy"] = layers, init_copy
+    if cases:
+        report("cases")
+        try:
+            capture["cases"] = _case_captures(task, cls, init_inputs, model, cases, capture["inputs"], device,
+                                              mode, target)
+        except Unsupported as exc:
+            return {"ok": False, "reason": str(exc)}
     capture.update(
         ok=True,
         format=FORMAT,
@@ -350,6 +353,62 @@ def capture_child(
         device_name=torch.cuda.get_device_name(0) if target != "cpu" else "cpu (Triton interpreter)",
     )
     return capture
+
+
+def _compiled_call(model, dev_inputs: list, mode: str, target: str) -> tuple[Any, _Recorder, str]:
+    """(output, what was recorded, "" or why there is no capture) of one compile and run."""
+    import torch
+
+    torch._dynamo.reset()  # a fresh compile whose hooks see everything (each case compiles anew)
+    rec = _Recorder(execute_kernels=target != "cpu")
+    undo = rec.install()
+    out = None
+    try:
+        compiled = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False, fullgraph=True)
+        with torch.no_grad():
+            out = compiled(*dev_inputs)
+        if target != "cpu":
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - torch.compile failing is a reason, not a crash
+        return out, rec, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:600]}"
+    finally:
+        for fn in undo:
+            fn()
+    if rec.problems:
+        return out, rec, "; ".join(rec.problems)
+    if len(rec.calls) != 1:
+        return out, rec, f"the compiled forward ran {len(rec.calls)} inductor graphs (expected one)"
+    return out, rec, ""
+
+
+def _case_captures(task, cls, init_inputs, model, cases: list[dict], bench_inputs: list, device: str, mode: str,
+                   target: str) -> list[dict]:
+    """One capture per case whose inputs (shapes, strides, dtypes, values) no earlier one has:
+    inductor's kernels are compiled for one shape (dynamic=False)."""
+    from farm.corpus.cases import Case, applied
+    from farm.corpus.inputs import draw_seeded
+    from farm.runtime.tensors import to_device
+
+    seen, out = [bench_inputs], []
+    for doc in cases:
+        case = Case.from_dict(doc)
+        with applied(task, task.space, case):
+            inputs = draw_seeded(task, case.seed)
+        dev_inputs = to_device(inputs, device)
+        result, rec, reason = _compiled_call(model, dev_inputs, mode, target)
+        where = f"at the {case.describe()}"
+        if reason:
+            raise Unsupported(f"{where}: {reason}")
+        try:
+            one = _describe(task, cls, init_inputs, inputs, dev_inputs, rec.calls[0], result, model)
+        except Unsupported as exc:
+            raise Unsupported(f"{where}: {exc}") from None
+        if one["inputs"] in seen:
+            continue
+        seen.append(one["inputs"])
+        one.update(case=case.as_dict(), wrapper=rec.modules[rec.calls[0]["module"]]["code"], launches=rec.launches)
+        out.append(one)
+    return out
 
 
 def _same_constants(out, model, other_inputs: Callable[[], list]) -> None:

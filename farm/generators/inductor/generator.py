@@ -13,7 +13,10 @@ not autotune). Any other target gets no seeds, with a log line saying why: on as
 stock inductor has no NPU backend (torch_npu brings its own, which the farm has never run).
 
 Candidates are shape-specialized (they assert the captured shapes, strides, dtypes and
-constructor arguments). The shape set is the generator's `shapes` option, else
+constructor arguments). Where the search passes the recorded cases of the op's shape space
+(`ctx.device["cases"]`), the child compiles at each case's inputs too and the candidate
+dispatches on its inputs' shapes (farm.generators.inductor.dispatch), so it is right at every
+case the evaluator verifies. The shape set is the generator's `shapes` option, else
 `ctx.device["shapes"]` (the search passes the reference data's), else "small" on cpu and
 "bench" elsewhere (as `farm reference --shapes auto`). The device is `ctx.device["label"]`
 ("cuda:1", as the evaluator's device_info names it), else `ctx.device["index"]`, else 0.
@@ -34,8 +37,8 @@ from pathlib import Path
 from farm.evaluate import static_checks
 from farm.generators.base import Candidate, Context, Generator, Proposal
 from farm.generators.inductor import backward as bwd
-from farm.generators.inductor.assemble import assemble
 from farm.generators.inductor.capture import capture_child
+from farm.generators.inductor.dispatch import assemble_cases
 from farm.generators.inductor.layers import Unsupported
 from farm.runtime.isolation import run_in_child
 from farm.targets import DeviceSpec, get_target, resolve_device
@@ -136,7 +139,7 @@ class InductorGenerator(Generator):
                         self._skip(f"{label}: the same kernels as an earlier capture")
                         continue
                     made.add(body)
-                out.append(Proposal(source, self.name, note=f"{label} ({shapes} shapes)"))
+                out.append(Proposal(source, self.name, note=f"{label} ({shapes} shapes{_per_case(source)})"))
         return out
 
     def _one(self, ctx: Context, spec: DeviceSpec, path: str, shapes: str, plan: tuple[str, dict],
@@ -144,9 +147,11 @@ class InductorGenerator(Generator):
         mode, options = plan
         if options:
             mode = f"{mode} {_describe(options)}"  # for the reasons below
+        cases = ctx.device.get("cases") if not path.endswith("_vjp.py") else None  # the backward: bench only
         args = (path, ctx.source, shapes, plan[0], ctx.target, 0, True, ctx.shape_policy,
-                ctx.device.get("reference_class"), options)
-        outcome = run_in_child(capture_child, args, timeout_s=self.timeout_s, env=env)
+                ctx.device.get("reference_class"), options, cases or None)
+        # one compile per case: the timeout is per compile
+        outcome = run_in_child(capture_child, args, timeout_s=self.timeout_s * (1 + len(cases or [])), env=env)
         if not outcome.ok:
             last = outcome.error.strip().splitlines()[-1] if outcome.error.strip() else outcome.status
             self._skip(f"mode {mode}: capture {outcome.status} in stage {outcome.stage}: {last}")
@@ -157,7 +162,7 @@ class InductorGenerator(Generator):
             self._skip(f"mode {mode}: no seed: {cap.get('reason')}")
             return None
         try:
-            source = assemble(cap, ctx.target)
+            source = assemble_cases(cap, ctx.target)
         except Unsupported as exc:
             self._skip(f"mode {mode}: inductor's output cannot become a candidate: {exc}")
             return None
@@ -220,6 +225,12 @@ class InductorGenerator(Generator):
     def skipped_variants(target: str) -> dict[str, str]:
         """Variant -> why this target cannot take it."""
         return {name: why for name, (_, _, why) in VARIANTS.items() if target == "cpu" and why}
+
+
+def _per_case(source: str) -> str:
+    """The note's word on a seed compiled per case of the shape space (farm.generators.inductor.dispatch)."""
+    sets = source.count("def _forward_")
+    return f"; dynamic=False per case: {sets} kernel sets, one per recorded case, picked by input shape" if sets else ""
 
 
 def _describe(options: dict) -> str:
