@@ -27,13 +27,13 @@ from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.evaluate.result import EvalResult
 from farm.evaluate.sandbox import close_all
 from farm.generators import Context, Generator, Proposal
+from farm.observe import metrics
 from farm.reference.fitted import fitted
 from farm.reference.manifest import now
-from farm.observe import metrics
 from farm.search import catalog, pipeline, provenance, repair, results, selection
 from farm.search.database import Database, Record, normalized_hash
-from farm.search.results import OpOutcome
-from farm.search.results import kernel_prefix
+from farm.search.results import OpOutcome, kernel_prefix
+from farm.search.seeding import Seeding
 from farm.storage import Store, locks
 from farm.storage.base import dump_json
 from farm.targets import DeviceSpec
@@ -64,7 +64,7 @@ class SearchConfig:
     full_timing: bool = False  # every candidate: the whole per-call pass and every round (the search before the timing economy)
 
 
-class OpSearch:
+class OpSearch(Seeding):
     def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
                  devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
                  eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
@@ -164,56 +164,6 @@ class OpSearch:
                                                    "cases": [] if self.data.get("fitted") else
                                                    [d["case"] for d in self.data.get("_case_sets") or []]},
                        rng=rng, recent_errors=self.errors[-3:], shape_policy=self.ref.policy)
-
-    def _make_seeds(self) -> None:
-        """Seeds of every generator; fallback generators only where the others gave none.
-        Where nothing seeds the op, seed_reasons says why, per generator."""
-        for tier in sorted({g.tier for g in self.generators.values()}):
-            self._seed_with([g for g in self.generators.values() if g.tier == tier])
-            if self.pending_seeds:
-                self.seed_tier = tier
-                break
-        self._drop_unused_fallbacks()
-
-    def _drop_unused_fallbacks(self) -> None:
-        """Generators of higher tiers than the one that seeded take no part in the search."""
-        if self.seed_tier is not None:
-            self.generators = {n: g for n, g in self.generators.items() if g.tier <= self.seed_tier}
-
-    def no_seed_text(self) -> str:
-        if not self.seed_reasons:
-            return ""
-        return "no generator seeds this op: " + "; ".join(f"{n}: {r}" for n, r in self.seed_reasons.items())
-
-    def why_no_kernel(self) -> str:
-        """A zero_pass's reason: each generator that gave no seed and why, how the others' failed."""
-        if self.db.records:
-            return self.db.failures(self.seed_reasons)
-        if self.pending_seeds:  # seeded, then stopped (a time budget) before any was evaluated
-            by = ", ".join(sorted({s["generator"] for s in self.pending_seeds}))
-            return f"stopped before any of its {len(self.pending_seeds)} seed(s) ({by}) was evaluated"
-        return self.no_seed_text()
-
-    def _seed_with(self, generators: list[Generator]) -> None:
-        ctx = self._context(random.Random(self.config.seed))
-        seen = set()
-        for gen in generators:
-            try:
-                proposals = gen.seeds(ctx)
-            except FarmError as exc:
-                log.warning("generator %s gave no seeds for %s: %s", gen.name, self.ref.key, exc)
-                self.seed_reasons[gen.name] = str(exc)
-                continue
-            if not proposals:
-                try:
-                    self.seed_reasons[gen.name] = gen.no_seed_reason(ctx)
-                except Exception as exc:  # noqa: BLE001 - a reason is best effort
-                    self.seed_reasons[gen.name] = f"no seed ({type(exc).__name__})"
-            for p in proposals:
-                h = normalized_hash(p.source)
-                if h not in seen:
-                    seen.add(h)
-                    self.pending_seeds.append({"source": p.source, "generator": p.generator, "note": p.note})
 
     def _reserve(self, proposal: Proposal, parent: Record | None, lineage: int, chunk: int) -> Record | None:
         """Add a proposal to the database unless an identical candidate exists (under the lock)."""
