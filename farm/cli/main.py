@@ -1,136 +1,95 @@
-"""The `farm` application: global options, and the command groups of the flow."""
+"""The `farm` entry point: signals first, then the application (farm.cli.app).
+
+Nothing heavy is imported before the handlers are set: a Ctrl-C or SIGTERM in the first
+second (while typer, rich or torch load) ends the command as one later does, with one line
+and exit 130 (143 for SIGTERM), never a traceback. The handler also ends every child of
+farm.runtime.isolation at once, so worker threads waiting on them return "interrupted" and
+the process is gone in seconds; a second signal during that clean-up exits at once.
+"""
 
 from __future__ import annotations
 
-import importlib
+import os
 import signal
 import sys
-from typing import Annotated, Optional
+import threading
+import time
 
-import typer
-from typer.core import TyperGroup
-from typer.models import CommandInfo
-
-from farm import __version__
-from farm.cli.common import on_sigterm, parse_sets, setup_logging
-
-# name -> (module, attribute): a command's module is imported only when that command runs (or
-# --help lists them all), so `farm --version`, `status`, `workers`, `cancel`, `scale` and
-# `config` start without torch or triton, which only the commands that run kernels need.
-COMMANDS = {
-    "ops": ("ops", "app"),
-    "reference": ("reference", "reference"),
-    "eval": ("eval_cmd", "eval_candidate"),
-    "search": ("search", "search"),
-    "run": ("search", "run_local"),
-    "lint": ("lint", "lint"),
-    "ascend": ("ascend_cmd", "app"),
-    "cache": ("cache", "app"),
-    "config": ("config_cmd", "app"),
-    "submit": ("distributed", "submit"),
-    "status": ("status_cmd", "status"),
-    "fetch": ("distributed", "fetch"),
-    "export": ("export_cmd", "export"),
-    "report": ("report_cmd", "report"),
-    "cancel": ("distributed", "cancel"),
-    "recover": ("status_cmd", "recover"),
-    "workers": ("distributed", "workers"),
-    "worker": ("distributed", "worker"),
-    "scale": ("distributed", "scale"),
-    "exporter": ("exporter_cmd", "exporter"),
-}
+STOP_WITHIN_S = 10.0  # the clean-up after a signal (children, sandboxes, the ledger) takes a second or two
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+MESSAGES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
+_received: list[int] = []
 
 
-class LazyGroup(TyperGroup):
-    """The top-level group: builds a command from its module the first time it is asked for."""
+def _on_signal(signum, frame) -> None:
+    if _received:  # a second signal while the first one's clean-up runs: leave now
+        _leave_now(signum)
+    _received.append(signum)
+    threading.Thread(target=_watchdog, args=(signum,), name="farm-stop-watchdog", daemon=True).start()
+    isolation = sys.modules.get("farm.runtime.isolation")  # loaded only by commands that start children
+    if isolation is not None:
+        isolation.stop_children()
+    from farm.errors import Terminated
 
-    def list_commands(self, ctx) -> list[str]:
-        return list(COMMANDS)
-
-    def get_command(self, ctx, name: str):
-        if name not in self.commands and name in COMMANDS:
-            module, attr = COMMANDS[name]
-            target = getattr(importlib.import_module(f"farm.cli.{module}"), attr)
-            if isinstance(target, typer.Typer):
-                command = typer.main.get_group(target)
-            else:
-                command = typer.main.get_command_from_info(CommandInfo(name=name, callback=target),
-                                                           pretty_exceptions_short=app.pretty_exceptions_short,
-                                                           rich_markup_mode=app.rich_markup_mode)
-            command.name = name
-            self.commands[name] = command
-        return self.commands.get(name)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-app = typer.Typer(
-    name="farm",
-    cls=LazyGroup,
-    help="Kernel Farm: port and optimise Triton kernels of LLM-serving frameworks across accelerators.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,  # locals may hold storage credentials
-)
+def received() -> bool:
+    """Whether a signal came: a check point for where a library may have swallowed its
+    KeyboardInterrupt (an extension module's import)."""
+    return bool(_received)
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"farm {__version__}")
-        raise typer.Exit()
+def _watchdog(signum: int) -> None:
+    """The last resort: a KeyboardInterrupt swallowed by third-party code, or a clean-up that
+    hangs, does not keep the process alive past STOP_WITHIN_S."""
+    time.sleep(STOP_WITHIN_S)
+    _leave_now(signum)
 
 
-@app.callback()
-def root(
-    ctx: typer.Context,
-    config: Annotated[Optional[str], typer.Option("--config", "-c", envvar="FARM_CONFIG",
-                                                  help="Config file (default: configs/farm.yaml).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE",
-                                                       help="Override any setting, e.g. --set store=file:///data (repeatable).")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages to stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-) -> None:
-    """Global options apply to every command."""
-    setup_logging(verbose)
-    ctx.obj = {"config": config, "overrides": parse_sets(set_ or [])}
+def _leave_now(signum, frame=None) -> None:
+    os.write(2, f"{MESSAGES.get(signum, 'stopped')}: exiting now\n".encode())
+    os._exit(EXIT_CODES.get(signum, 1))
 
 
-def joined_devices(argv: list[str]) -> list[str]:
-    """`--devices 0 1 2 3`, the existing tool chain's form, as `--devices 0,1,2,3` (Typer
-    options take one value each)."""
-    out, i = [], 0
-    while i < len(argv):
-        out.append(argv[i])
-        end = i + 1
-        if argv[i] == "--devices":
-            while end < len(argv) and argv[end].isdigit():
-                end += 1
-            if end - i > 2:
-                out.append(",".join(argv[i + 1:end]))
-                i = end
-                continue
-        i += 1
-    return out
+def _stopped() -> None:
+    signum = _received[0] if _received else signal.SIGINT
+    sys.stderr.write(f"{MESSAGES[signum]}: finished work is stored; run the same command again to resume\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_CODES[signum])
 
 
-def split_ops(argv: list[str]) -> list[str]:
-    """`--ops A B C`, the existing tool chain's form, as `--ops A --ops B --ops C` (Typer
-    options take one value each; no command with --ops takes a positional argument, so
-    every word up to the next option is an op)."""
-    out, i = [], 0
-    while i < len(argv):
-        out.append(argv[i])
-        if argv[i] == "--ops":
-            end = i + 1
-            while end < len(argv) and not argv[end].startswith("-"):
-                end += 1
-            values = argv[i + 1:end]
-            for n, value in enumerate(values):
-                out.extend([value] if n == 0 else ["--ops", value])
-            i = end
-            continue
-        i += 1
-    return out
+def install() -> None:
+    """A SIGINT ignored by whoever started us (`cmd &` in a script) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, on_sigterm)
-    app(args=split_ops(joined_devices(sys.argv[1:])), prog_name="farm")
+    install()
+    try:
+        from farm.cli.app import Stopped, run
+
+        try:
+            run(sys.argv[1:])
+        except Stopped:
+            _stopped()
+    except KeyboardInterrupt:  # while the application itself was imported
+        _stopped()
+    finally:  # interpreter shutdown (joining threads, atexit) is no place for a traceback either
+        for sig in EXIT_CODES:
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, _leave_now)
+
+
+def __getattr__(name: str):
+    """The application's names (app, COMMANDS, split_ops, ...) where callers have always found them."""
+    if name.startswith("__"):  # the import system's own questions (__path__, ...)
+        raise AttributeError(name)
+    from farm.cli import app as application
+
+    try:
+        return getattr(application, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
