@@ -19,9 +19,12 @@ STOP_WITHIN_S = 10.0  # the clean-up after a signal (children, sandboxes, the le
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 MESSAGES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 _received: list[int] = []
+_PID = [os.getpid()]
 
 
 def _on_signal(signum, frame) -> None:
+    if os.getpid() != _PID[0]:  # a child forked by this process, before its exec (a runner's Popen)
+        os._exit(EXIT_CODES.get(signum, 1))
     if _received:  # a second signal while the first one's clean-up runs: leave now
         _leave_now(signum)
     _received.append(signum)
@@ -61,6 +64,7 @@ def _stopped() -> None:
 
 def install() -> None:
     """A SIGINT ignored by whoever started us (`cmd &` in a script) stays ignored."""
+    _PID[0] = os.getpid()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
