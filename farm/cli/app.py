@@ -11,7 +11,7 @@ from typer.core import TyperGroup
 from typer.models import CommandInfo
 
 from farm import __version__
-from farm.cli import main as signals
+from farm.cli import signals
 from farm.cli.common import parse_sets, setup_logging
 
 # name -> (module, attribute): a command's module is imported only when that command runs (or

@@ -22,6 +22,7 @@ from farm.config import Settings
 from farm.corpus import metadata
 from farm.corpus.akg import AKG_CORPUS, akg_folders  # noqa: F401 - AKG_CORPUS: named here by tests and docs
 from farm.corpus.shapes import NoShapes, ShapePolicy, derive, measure, memory_limit_bytes
+from farm.corpus.toplevel import run_top_level
 from farm.errors import FarmError, InvalidName, TaskError
 
 # a leading '_' is allowed: AKG's corpus has ops named after private kernels (_compute_pid)
@@ -346,9 +347,7 @@ def _exec_isolated_unlocked(path: Path) -> types.ModuleType:
 
         ensure_driver()  # a module-level device probe needs a driver; a GPU-less host has none
     try:
-        exec(code, module.__dict__)
-    except Exception as exc:  # noqa: BLE001 - any failure of a task's top level is the task's
-        raise TaskError(path, "fails on import", f"{type(exc).__name__}: {exc}") from None
+        run_top_level(code, module.__dict__, path)
     finally:
         sys.path[:] = before_path
         folder = str(path.parent.resolve())
