@@ -1,17 +1,15 @@
 """A task file's top level, run so that what it does there stays the file's business: a
 `sys.exit()` is that file's error, not the command's end (`farm ops list` once printed
-nothing and exited 0), and what it prints never reaches stdout, where `--json` goes."""
+nothing and exited 0), and so is a print: it never reaches stdout, where `--json` goes.
+(farm.corpus.listing adds what needs a child: crashes, hangs, output below Python.)"""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import logging
 from pathlib import Path
 
 from farm.errors import TaskError
-
-log = logging.getLogger(__name__)
 
 
 def run_top_level(code, namespace: dict, path: Path) -> None:
@@ -23,7 +21,6 @@ def run_top_level(code, namespace: dict, path: Path) -> None:
         raise TaskError(path, "exits at import", f"sys.exit({exc.code!r}) at its top level") from None
     except Exception as exc:  # noqa: BLE001 - any failure of a task's top level is the task's
         raise TaskError(path, "fails on import", f"{type(exc).__name__}: {exc}") from None
-    finally:
-        text = printed.getvalue().strip()
-        if text:
-            log.warning("%s printed at import (kept off stdout): %s", path, text[:300])
+    text = printed.getvalue().strip()
+    if text:  # stdout is where tables and --json go: a task's top level only defines
+        raise TaskError(path, "prints at import", f"{text.splitlines()[0][:200]!r} (a top level only defines)")

@@ -144,8 +144,10 @@ def run_in_child(
     *,
     timeout_s: float,
     env: dict[str, str] | None = None,
+    stage_timeout_s: float | None = None,
 ) -> ChildOutcome:
-    """Run `target(report, *args)` in a fresh child; `report(stage)` marks progress."""
+    """Run `target(report, *args)` in a fresh child; `report(stage)` marks progress. With
+    `stage_timeout_s`, a stage that lasts longer is a timeout too (one file of many that hangs)."""
     ctx = _context()
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main, args=(child_conn, target, args, dict(env or {})), daemon=True)
@@ -164,15 +166,19 @@ def run_in_child(
         return _interrupted(stage, start)
     with _LIVE_LOCK:
         _LIVE.add(proc)
+    stage_start = time.monotonic()
     try:
         while True:
             if _STOPPING.is_set():
                 _kill(proc)
                 return _interrupted(stage, start)
             left = timeout_s - (time.monotonic() - start)
+            if stage_timeout_s is not None:
+                left = min(left, stage_timeout_s - (time.monotonic() - stage_start))
             if left <= 0:
                 _kill(proc)
-                return ChildOutcome("timeout", stage, error=f"no result after {timeout_s:.0f} s in stage {stage}",
+                took = time.monotonic() - (start if stage_timeout_s is None else stage_start)
+                return ChildOutcome("timeout", stage, error=f"no result after {took:.0f} s in stage {stage}",
                                     elapsed_s=time.monotonic() - start)
             if parent_conn.poll(min(left, 0.5)):
                 try:
@@ -180,7 +186,7 @@ def run_in_child(
                 except (EOFError, OSError):
                     return _interrupted(stage, start) if _STOPPING.is_set() else _death(proc, stage, start)
                 if kind == "stage":
-                    stage = payload
+                    stage, stage_start = payload, time.monotonic()
                     continue
                 proc.join(timeout=10)
                 if proc.is_alive():
