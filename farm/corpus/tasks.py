@@ -323,6 +323,9 @@ def load_task(ref: TaskRef, shapes: str = "bench", reference: str | None = None)
     )
     if task.grad_inputs is not None and not task.backward:
         raise TaskError(ref.path, "GRAD_INPUTS needs BACKWARD = True", "it names the inputs of a backward pass")
+    metadata.indices_in_forward(ref.path, model_cls, "INPLACE_ARGS", task.inplace_args)
+    metadata.indices_in_forward(ref.path, model_cls, "GRAD_INPUTS", task.grad_inputs or ())
+    metadata.small_shapes(ref.path, module)
     if shapes == "small":
         _apply_small_shapes(task)
     return task

@@ -66,3 +66,31 @@ def test_a_source_of_misnamed_files_is_an_error_not_an_empty_run(cli, task_dir):
     result = cli("reference", "--source", "odd", "--device", "cpu")
     assert result.exit_code == 2
     assert "no usable task in source(s) odd" in " ".join(result.stderr.split())
+
+
+BAD_METADATA = {
+    "inplace_past_forward": ("N = 1000\n", "N = 1000\nINPLACE_ARGS = (3,)\n", "INPLACE_ARGS must index forward"),
+    "small_shapes_string": ('SMALL_SHAPES = {"N": 37}', 'SMALL_SHAPES = {"N": "37"}', "of the kind of the global"),
+    # unnamed variants: a negative size, and GRAD_INPUTS given as a bool
+    "small_shapes_negative": ('SMALL_SHAPES = {"N": 37}', 'SMALL_SHAPES = {"N": -1}', "of the kind of the global"),
+    "grad_inputs_bool": ("N = 1000\n", "N = 1000\nBACKWARD = True\nGRAD_INPUTS = (True,)\n",
+                         "GRAD_INPUTS must be a tuple of argument indices"),
+}
+
+
+def test_bad_metadata_is_not_listed_ok(cli, task_dir):
+    for name, (old, new, _) in BAD_METADATA.items():
+        write_task(task_dir / "mini", name, GOOD_TASK.replace(old, new, 1))
+    rows = {r["op"]: r for r in json.loads(cli("ops", "list", "--json").stdout)}
+    for name, (_, _, rule) in BAD_METADATA.items():
+        assert rows[name]["status"] == "invalid" and rule in rows[name]["error"], rows[name]
+    assert rows["scale2"]["status"] == "ok"
+
+
+def test_a_model_whose_two_runs_differ_is_flagged_by_ops_check(cli, task_dir):
+    write_task(task_dir / "mini", "noisy", GOOD_TASK.replace(
+        "        return y\n", "        return y + torch.rand_like(y)\n", 1))
+    result = cli("ops", "check", "--device", "cpu", "--ops", "noisy", "--json")
+    assert result.exit_code == 1
+    [row] = json.loads(result.stdout)["results"]
+    assert row["status"] == "nondeterministic" and "two runs on the same inputs differ" in row["error"]
