@@ -11,6 +11,10 @@ EXIT_STORAGE = 3  # the store could not be read or written
 EXIT_TIMEOUT = 4  # a wait ran out of time: the work goes on (farm submit --wait --timeout)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C is, so it unwinds the same way (farm.cli.main)."""
+
+
 class FarmError(Exception):
     """A failure the user can act on; the CLI prints it without a traceback."""
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from farm.config import Settings, load_settings
-from farm.errors import EXIT_STORAGE, EXIT_USAGE, FarmError
+from farm.errors import EXIT_STORAGE, EXIT_USAGE, FarmError, Terminated
 
 # Data goes to stdout (tables, --json); messages and progress go to stderr.
 out = Console(width=None if sys.stdout.isatty() else 200)
@@ -95,14 +95,6 @@ def say(message: str, style: str | None = None) -> None:
     """A message on stderr, printed as is: paths and option names keep their brackets
     (kernel-farm[s3]) where console markup would eat them."""
     err.print(Text(message, style=style or ""), highlight=False, soft_wrap=True)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread as Ctrl-C is, so it unwinds the same way."""
-
-
-def on_sigterm(signum, frame) -> None:
-    raise Terminated()
 
 
 def error_line(text: str | None) -> str:

@@ -41,6 +41,16 @@ def _timed_forward(model, inputs: list, spec: DeviceSpec) -> tuple[Any, float]:
     return out, (time.perf_counter() - start) * 1e3
 
 
+def _drift(task: corpus.Task, out, again, dtypes_in: list) -> str:
+    """"" when two runs of Model agree within the task's tolerance, else what differs."""
+    checks = compare.compare_outputs(compare.as_output_list(to_cpu(again)), compare.as_output_list(to_cpu(out)),
+                                     compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))
+    summary = compare.summarize(checks)
+    if summary["ok"]:
+        return ""
+    return "Model is not deterministic: two runs on the same inputs differ (" + "; ".join(summary["failures"]) + ")"
+
+
 def backward_failures(task: corpus.Task, model, truth, inputs: list, seed: int, device: str) -> str:
     """A training op (BACKWARD) with a Reference: Model's gradients against Reference's for one
     upstream gradient, at the gradient tolerance (farm.runtime.grads); "" when they agree."""
@@ -74,6 +84,9 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
         report("forward")
         out, cold_ms = _timed_forward(model, dev_inputs, spec)
         warm = [_timed_forward(model, dev_inputs, spec)[1] for _ in range(0 if spec.target.interpret else WARM_REPS)]
+        # Model against itself: a Model whose two runs on the same inputs differ has no truth to record
+        report("determinism")
+        again = _timed_forward(model, dev_inputs, spec)[0] if task.reference_cls is not None else out
         report("reference")
         expected, ref_ms = _timed_forward(truth, dev_inputs, spec)
         ref_warm = [_timed_forward(truth, dev_inputs, spec)[1] for _ in range(len(warm))]
@@ -83,6 +96,9 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
     checks = compare.compare_outputs(compare.as_output_list(to_cpu(out)), compare.as_output_list(to_cpu(expected)),
                                      compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))
     summary = compare.summarize(checks)
+    drift = _drift(task, out, again, dtypes_in)
+    if drift:
+        summary = {**summary, "ok": False, "failures": [drift, *summary["failures"]]}
     # a self-referenced Model's gradients agree with themselves: only a Reference checks them
     backward = task.backward and task.reference_cls is not None and summary["ok"]
     failure = ""
@@ -94,8 +110,8 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
     return {
         "source": ref.source,
         "op": ref.op,
-        "status": "pass" if summary["ok"] else "mismatch",
-        "stage": "backward" if failure else "compare",
+        "status": "pass" if summary["ok"] else "nondeterministic" if drift else "mismatch",
+        "stage": "backward" if failure else "determinism" if drift else "compare",
         "backward_checked": backward,
         "max_abs": summary["max_abs"],
         "max_rel": summary["max_rel"],

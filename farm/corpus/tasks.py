@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import inspect
 import itertools
+import logging
 import re
 import sys
 import threading
@@ -21,7 +22,9 @@ from typing import Any
 from farm.config import Settings
 from farm.corpus import metadata
 from farm.corpus.akg import AKG_CORPUS, akg_folders  # noqa: F401 - AKG_CORPUS: named here by tests and docs
+from farm.corpus.outputs import check_outputs  # noqa: F401 - corpus.check_outputs, as callers know it
 from farm.corpus.shapes import NoShapes, ShapePolicy, derive, measure, memory_limit_bytes
+from farm.corpus.toplevel import run_top_level
 from farm.errors import FarmError, InvalidName, TaskError
 
 # a leading '_' is allowed: AKG's corpus has ops named after private kernels (_compute_pid)
@@ -36,6 +39,7 @@ REFERENCE_CLASSES = ("Reference", "ModelSglang", "ModelSGLang", "ModelVLLM", "Mo
 MODES = ("reference", "reference-data", "model")
 NOT_TASKS = ("__init__.py",)  # package markers sit beside task files in some corpora
 _counter = itertools.count()
+log = logging.getLogger(__name__)
 _exec_lock = threading.RLock()  # task files run one at a time (_exec_isolated)
 
 
@@ -228,6 +232,12 @@ def find_tasks(settings: Settings, sources: list[str] | None = None, ops: list[s
             raise FarmError(f"unknown source '{name}' (--source); known: {', '.join(known) or 'none'}")
     refs = [TaskRef(s, op, known[s] / f"{op}.py", shape_policy(settings, s, op), known_with_origin[s][1])
             for s in chosen for op in list_ops(known[s])]
+    misnamed = [p for s in chosen for p in misnamed_files(known[s])]
+    for path in misnamed:  # never skipped without a word (farm ops list lists them too)
+        log.warning("%s is left out: its name is not an op name (letters, digits, '_', '-', '.'; rename it)", path)
+    if misnamed and not refs and not ops:
+        raise FarmError(f"no usable task in source(s) {', '.join(chosen)}: {len(misnamed)} file(s) whose name is not "
+                        f"an op name, e.g. {misnamed[0]} (rename them: letters, digits, '_', '-', '.')")
     if ops:
         wanted = set(ops)
         missing = wanted - {r.op for r in refs} - {r.key for r in refs}
@@ -313,6 +323,9 @@ def load_task(ref: TaskRef, shapes: str = "bench", reference: str | None = None)
     )
     if task.grad_inputs is not None and not task.backward:
         raise TaskError(ref.path, "GRAD_INPUTS needs BACKWARD = True", "it names the inputs of a backward pass")
+    metadata.indices_in_forward(ref.path, model_cls, "INPLACE_ARGS", task.inplace_args)
+    metadata.indices_in_forward(ref.path, model_cls, "GRAD_INPUTS", task.grad_inputs or ())
+    metadata.small_shapes(ref.path, module)
     if shapes == "small":
         _apply_small_shapes(task)
     return task
@@ -346,9 +359,7 @@ def _exec_isolated_unlocked(path: Path) -> types.ModuleType:
 
         ensure_driver()  # a module-level device probe needs a driver; a GPU-less host has none
     try:
-        exec(code, module.__dict__)
-    except Exception as exc:  # noqa: BLE001 - any failure of a task's top level is the task's
-        raise TaskError(path, "fails on import", f"{type(exc).__name__}: {exc}") from None
+        run_top_level(code, module.__dict__, path)
     finally:
         sys.path[:] = before_path
         folder = str(path.parent.resolve())
@@ -393,25 +404,6 @@ def _check_forward_arity(task: Task, n_inputs: int) -> None:
         if n_inputs < required or (n_inputs > count and not varargs):
             raise TaskError(task.ref.path, f"{cls.__name__}.forward must accept the inputs of get_inputs()",
                             f"get_inputs() gives {n_inputs}, forward takes {required}..{count}")
-
-
-def check_outputs(task: Task, cls: type, value: Any) -> Any:
-    """A forward's result must be data the .pt can hold and a candidate can be compared
-    against: tensors (numbers, None) or lists/tuples of them, never a string or an object."""
-    import torch
-
-    def bad(v: Any, where: str) -> str | None:
-        if isinstance(v, (list, tuple)):
-            return next((b for i, item in enumerate(v) if (b := bad(item, f"{where}[{i}]"))), None)
-        if v is None or isinstance(v, (torch.Tensor, bool, int, float)):
-            return None
-        return f"{where} is a {type(v).__name__}"
-
-    problem = bad(value, "the output")
-    if problem:
-        raise TaskError(task.ref.path, f"{cls.__name__}.forward must return tensors (or a list/tuple of them)",
-                        problem)
-    return value
 
 
 def check_init_arity(task: Task, init_inputs: list) -> None:

@@ -211,9 +211,12 @@ def _best_fields(best: dict | None) -> dict[str, Any]:
 def _from_ledger(name: str, entry: dict) -> dict[str, Any]:
     result = entry.get("result", {})
     source, _, op = name.partition("/")
-    return _local_row(source, op, "done" if entry.get("status") == "done" else "failed",
+    phase = {"done": "done", "interrupted": "interrupted"}.get(entry.get("status"), "failed")
+    # the op's own outcome and why it stopped, as the batch wrote them when the op ended
+    return _local_row(source, op, phase, result=result.get("status"), stop_reason=result.get("stop_reason"),
                       tried=result.get("submitted", 0), passed=result.get("passed", 0),
                       **_best_fields(best_speedup(result)),
+                      started_at=result.get("started_at"), elapsed_s=result.get("elapsed_s"),
                       updated_at=entry.get("updated_at"), error=result.get("error", ""))
 
 

@@ -26,7 +26,7 @@ from farm.errors import FarmError, StorageError
 from farm.reference import cases as ref_cases
 from farm.reference import drawn, manifest, seedsets
 from farm.reference.ptfile import load_pt_file
-from farm.runtime import grads, pointers
+from farm.runtime import grads, isolation, pointers
 from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import run_in_child
 from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
@@ -291,6 +291,8 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
     decided = modes.resolve_ref(ref, shapes, min(timeout_s, modes.TRIAL_TIMEOUT_S))
     if not isinstance(decided, modes.Mode):  # the file cannot be loaded: the child's stage and error
         entry.update(stage=decided.stage, error=_last_lines(decided.error), elapsed_s=round(decided.elapsed_s, 3))
+        if decided.status == "interrupted":
+            entry.update(stage="interrupted", interrupted=True)
         return entry
     entry.update(mode=decided.mode, reference_class=decided.reference)
     tmp = staging / f"{ref.source}__{ref.op}.pt"
@@ -301,6 +303,9 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
                            timeout_s=timeout_s, env=spec.child_env())
     entry["elapsed_s"] = round(outcome.elapsed_s, 3)
     try:
+        if outcome.status == "interrupted":
+            entry.update(stage="interrupted", error=outcome.error, interrupted=True)
+            return entry
         if not outcome.ok:
             entry.update(stage=outcome.stage, error=_last_lines(outcome.error))
             return entry
@@ -360,18 +365,35 @@ def generate_references(
         if not force and is_current(previous, ref.sha256(), seed, shapes, store, cases, ship_max_mb):
             return {**previous, "skipped": True}
         result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, cases, ship_max_mb)
-        with record_lock:
+        if result.get("interrupted") and (previous or {}).get("success"):
+            return result  # stopped while remaking it: the stored .pt and its entry stay as they were
+        with record_lock:  # interrupted: recorded as such, never as the op's failure; made on the next run
             manifest.record(store, [result])
         log.info("reference %s/%s: %s", ref.source, ref.op, "ok" if result["success"] else result["error"])
         return result
 
-    with tempfile.TemporaryDirectory(prefix="farm-ref-") as staging, \
-            ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="reference") as pool:
+    with tempfile.TemporaryDirectory(prefix="farm-ref-") as staging:
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="reference")
         futures = [pool.submit(one, ref, Path(staging)) for ref in refs]
-        for future in as_completed(futures):
-            if on_done:
-                on_done(future.result())
+        try:
+            for future in as_completed(futures):
+                if on_done:
+                    on_done(future.result())
+        except BaseException:  # Ctrl-C, SIGTERM: no op starts, the ones in flight end now
+            _stop(pool)
+            raise
+        pool.shutdown()
         return [f.result() for f in futures]  # in the order asked for, whatever order they finished in
+
+
+def _stop(pool: ThreadPoolExecutor) -> None:
+    """The ops not started are dropped and the children in flight ended (their ops recorded as
+    interrupted); children are allowed again after, unless a signal handler stopped them for good."""
+    already = isolation.stopping()
+    isolation.stop_children()
+    pool.shutdown(wait=True, cancel_futures=True)
+    if not already:
+        isolation.allow_children()
 
 
 def reference_cases(setting: int, spec: DeviceSpec) -> int:

@@ -11,6 +11,7 @@ import functools
 import logging
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -120,11 +121,20 @@ def search_batch(
     def one(ref: corpus.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
-        row = _search_one(ref, load, store, run, target, devices, generators, config_of[ref.key],
-                          force or ref.key in stale, on_event, cancel)
+        began = {"started_at": manifest.now(), "clock": time.monotonic()}
+        try:
+            row = _search_one(ref, load, store, run, target, devices, generators, config_of[ref.key],
+                              force or ref.key in stale, on_event, cancel)
+        except KeyboardInterrupt:  # its checkpoint stays; the ledger says interrupted, and the next run resumes it
+            with lock:
+                ledger.record(store, run, ref.key, "interrupted", _timed(
+                    {"source": ref.source, "op": ref.op, "status": "interrupted", "stop_reason": "interrupted",
+                     "error": "interrupted (Ctrl-C or SIGTERM): run the same command again to resume"}, began))
+            raise
+        _timed(row, began)
         if ref.key in stale:
             row["retired"] = stale[ref.key]
-        with lock:
+        with lock:  # as soon as the op ends: a batch cut off later leaves this op's result and reason
             ledger.record(store, run, ref.key, "error" if row["status"] == "failed" else "done", row)
             rows[ref.key] = row
             on_op("done", row)
@@ -155,6 +165,12 @@ def _stale(refs: list[corpus.TaskRef], done: dict[str, dict], store: Store, run:
     return out
 
 
+def _timed(row: dict[str, Any], began: dict[str, Any]) -> dict[str, Any]:
+    row.update(started_at=began["started_at"], finished_at=manifest.now(),
+               elapsed_s=round(time.monotonic() - began["clock"], 3))
+    return row
+
+
 def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskRef], parallel: int,
                   cancel: threading.Event) -> None:
     """The ops `parallel` at a time. Ctrl-C or SIGTERM reach the main thread only: on either (or
@@ -182,7 +198,7 @@ def _search_one(ref: corpus.TaskRef, load: Callable[[corpus.TaskRef], dict[str, 
         outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc),
                             transient=getattr(exc, "transient", False))
     except KeyboardInterrupt:
-        log.warning("interrupted during %s: its checkpoint stays, the ledger does not mark it done", ref.key)
+        log.warning("interrupted during %s: its checkpoint stays, the ledger marks it interrupted", ref.key)
         raise
     return outcome.as_dict()
 

@@ -1,7 +1,9 @@
 """The resume ledger of a batch search: runs/<run>/ledger.json, one entry per source/op.
 
-Entries are `done` (the search finished, with or without a passing kernel) or `error`; a
-batch skips both unless told otherwise (--retry-errors, --force), except an error of the
+Entries are `done` (the search finished, with or without a passing kernel), `error`, or
+`interrupted` (Ctrl-C or SIGTERM mid-search: never skipped, resumed from its checkpoint), each
+written as its op ends with the op's status, reason, best and timings. A batch skips the first
+two unless told otherwise (--retry-errors, --force), except an error of the
 moment (a full disk, a lost connection: `transient`) and a search stopped by a budget lower
 than the one asked for now, which are taken up again. Each update is a merge
 through Store.update_json, so an interrupted batch leaves a consistent ledger.

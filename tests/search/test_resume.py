@@ -124,7 +124,8 @@ def test_a_signal_mid_run_leaves_a_consistent_store_that_resumes(mini, tmp_path,
     entry = manifest.entries(store)["mini/scale2"]
     pt = tmp_path / "store" / "refs" / "mini" / "scale2.pt"
     assert entry["success"] and sha256_file(pt) == entry["sha256"] and load_pt(pt)["op_name"] == "scale2"
-    assert "mini/scale2" not in ledger.read(store, "local-mini-cpu")
+    # not done: interrupted, which the next run resumes
+    assert ledger.read(store, "local-mini-cpu")["mini/scale2"]["status"] == "interrupted"
     state = json.loads(state_json.read_text())
     assert state["status"] == "running" and state["chunks_done"] >= 1
     assert not list((tmp_path / "tmp").glob("farm-sandbox-*"))  # the evaluator's folders went with it
@@ -140,6 +141,43 @@ def test_a_signal_mid_run_leaves_a_consistent_store_that_resumes(mini, tmp_path,
     assert ledger.read(store, "local-mini-cpu")["mini/scale2"]["status"] == "done"
     final = {r["id"] for r in json.loads(state_json.read_text())["db"]["records"]}
     assert kept <= final  # what was finished before the signal was not thrown away
+
+
+def test_a_batch_cut_off_after_its_first_op_leaves_that_ops_result_and_reason_readable(mini, tmp_path):
+    """Each op's outcome reaches the ledger when the op ends (issue 38): SIGTERM mid-batch, the
+    finished op is in `farm status --json` with its result, reason and timings; the op in flight
+    says interrupted."""
+    write_task(tmp_path / "tasks" / "mini", "scale3", GOOD_TASK)
+    (tmp_path / "tmp").mkdir()
+    store_url = f"file://{tmp_path / 'store'}"
+    led = tmp_path / "store" / "runs" / "cut" / "ledger.json"
+    proc = _farm(tmp_path, "run", "--source", "mini", "--target", "cpu", "--generators", "tune", "--max-tasks", "12",
+                 "--run", "cut", "--store", store_url)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if led.is_file() and json.loads(led.read_text()).get("ops"):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the batch ended before it could be cut off: " + proc.communicate()[1]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    entries = ledger.read(store_of(tmp_path), "cut")
+    first = entries["mini/scale2"]
+    assert first["status"] in ("done", "error")
+    assert first["result"]["status"] in ("succeeded", "zero_pass", "failed") and first["result"]["stop_reason"]
+    assert first["result"]["elapsed_s"] > 0 and first["result"]["started_at"]
+    status = _farm(tmp_path, "status", "cut", "--json", "--store", store_url)
+    out, err = status.communicate(timeout=60)
+    assert status.returncode == 0, err
+    rows = {r["op"]: r for r in json.loads(out)["ops"]}
+    assert rows["scale2"]["result"] == first["result"]["status"]
+    assert rows["scale2"]["stop_reason"] == first["result"]["stop_reason"]
+    assert rows["scale3"]["phase"] in ("interrupted", "searching")
+
+
+def store_of(tmp_path):
+    return open_store(f"file://{tmp_path / 'store'}")
 
 
 def test_an_op_skipped_for_an_earlier_error_still_fails_the_batch(cli, mini, tmp_path):
