@@ -33,7 +33,7 @@ def main(paths):
         best = r.get("best_time_ms")
         base = r.get("baseline", {})
         model, ref, comp = base.get("model_ms"), base.get("reference_ms"), r.get("compile_ms")
-        vs = lambda b: b / best if (b and best) else None  # noqa: E731
+        vs = lambda b, best=best: b / best if (b and best) else None  # noqa: E731
         bw = r.get("bandwidth_fraction")
         tags_ok = r.get("memory_bound") and not any(t in task for t in ("kv_indices", "reshape_and_cache", "compute_position"))
         show_bw = bw if tags_ok else None

@@ -74,7 +74,7 @@ def one_op(ref, spec, sets: int, shapes: str) -> dict:
         rkeys = keys[1:] if mode == "events" else keys[1:2]
         reply = runner.time_round("Model", rkeys, mode, 20, calls=64 if mode == "graph" else 0)
         if reply.get("ok") and not reply.get("capture_error"):
-            row[f"round_{mode}_ms"] = clock(lambda: runner.time_round("Model", rkeys, mode, 20,
+            row[f"round_{mode}_ms"] = clock(lambda rkeys=rkeys, mode=mode: runner.time_round("Model", rkeys, mode, 20,
                                                                        calls=64 if mode == "graph" else 0), 10)
             row[f"round_{mode}_device_ms"] = sum(reply["samples"]) * (64 if mode == "graph" else 1)
         else:

@@ -32,12 +32,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from farm.errors import FarmError
+from farm.runtime import scratch as hostile
+
 # (argv, scratch folder, environment, extra read-only paths) -> the argv that runs it inside
 # an operating-system boundary (farm.evaluate.boundary.wrap, passed in by the evaluator)
 Wrap = Callable[[list[str], Path, dict, list], list[str]]
-
-from farm.errors import FarmError
-from farm.runtime import scratch as hostile
 
 RESULT_CAP = 16 << 20  # bytes of a recording child's result file read back
 

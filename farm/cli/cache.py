@@ -10,12 +10,12 @@ import typer
 from farm.cli.common import (
     JsonOption,
     SourceOpt,
-    say,
     fmt_size,
     handle_errors,
     out,
     print_json,
     progress_bar,
+    say,
     settings,
     table,
 )

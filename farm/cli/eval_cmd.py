@@ -8,15 +8,28 @@ from typing import Annotated, Optional
 
 import typer
 
-from farm.cli.common import (FlushOpt, JsonOption, TimingModeOpt, err, fmt_num, handle_errors, out, print_json, same_op,
-                              say, settings, table, use_frontend_setting)
+from farm.cli.common import (
+    FlushOpt,
+    JsonOption,
+    TimingModeOpt,
+    err,
+    fmt_num,
+    handle_errors,
+    out,
+    print_json,
+    same_op,
+    say,
+    settings,
+    table,
+    use_frontend_setting,
+)
 from farm.corpus import tasks as corpus
 from farm.errors import EXIT_FAILED, FarmError
+from farm.evaluate import verified
 from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
 from farm.evaluate.timing import check_flush, check_mode
-from farm.evaluate import verified
-from farm.reference import folder as refolder
 from farm.reference import cases as ref_cases
+from farm.reference import folder as refolder
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.storage import open_store

@@ -9,9 +9,9 @@ import typer
 
 from farm.cli.common import JsonOption, handle_errors, out, print_json, settings, table
 from farm.cli.run_view import provenance_lines
+from farm.errors import FarmError
 from farm.search import provenance
 from farm.search.results import fmt_best
-from farm.errors import FarmError
 from farm.storage import open_store
 
 

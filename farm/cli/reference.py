@@ -12,12 +12,12 @@ from farm.cli.common import (
     SourceOpt,
     common_cause,
     error_line,
-    say,
     fmt_size,
     handle_errors,
     out,
     print_json,
     progress_bar,
+    say,
     settings,
     table,
 )

@@ -12,29 +12,29 @@ import typer
 
 from farm.cli import report_cmd
 from farm.cli.common import (
-    err,
-    use_frontend_setting,
     FlushOpt,
+    JsonOption,
     OpsOpt,
     TimingModeOpt,
-    JsonOption,
+    common_cause,
+    err,
+    error_line,
     fmt_num,
     handle_errors,
     out,
     print_json,
     progress_bar,
-    common_cause,
-    error_line,
     same_op,
     say,
     settings,
     table,
+    use_frontend_setting,
 )
 from farm.config import SEED_MAX
 from farm.corpus import tasks as corpus
 from farm.corpus.tasks import validate_name
-from farm.evaluate import profiles
 from farm.errors import EXIT_FAILED, FarmError
+from farm.evaluate import profiles
 from farm.evaluate.timing import check_flush, check_mode
 from farm.generators import DEFAULT_CHAIN, INTERPRETED_CHAIN, load_generator
 from farm.reference import folder as refolder

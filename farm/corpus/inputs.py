@@ -14,7 +14,6 @@ from farm.errors import TaskError
 from farm.runtime import pointers
 from farm.runtime.tensors import same_values, seed_all
 
-
 # torch's global generator (and its deterministic-fill switch) is one per process: where several
 # ops are searched in threads of one process (--ops-per-device), a draw seeded in one thread was
 # advanced by another's, and the task was called nondeterministic. Seeding and drawing take turns.

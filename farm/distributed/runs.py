@@ -300,7 +300,9 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
 
 
 def _totals(rows: list[dict], spec: RunSpec) -> dict[str, int]:
-    count = lambda phase: sum(1 for r in rows if r["phase"] == phase)
+    def count(phase):
+        return sum(1 for r in rows if r["phase"] == phase)
+
     return {"ops": len(rows), "done": count("done"), "failed": count("failed"), "cancelled": count("cancelled"),
             "finished": sum(1 for r in rows if r["phase"] in TERMINAL), "searching": count("searching"),
             "tried": sum(r["tried"] for r in rows), "passed": sum(r["passed"] for r in rows),

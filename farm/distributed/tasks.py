@@ -5,8 +5,8 @@ through the store, never through the broker."""
 from __future__ import annotations
 
 from farm.distributed.celery_app import app
-from farm.distributed.queues import REFERENCE_TASK, SEARCH_TASK
 from farm.distributed.coord import BACKOFF_MAX_S, BACKOFF_S, Transient
+from farm.distributed.queues import REFERENCE_TASK, SEARCH_TASK
 
 
 def _delivery(task):

@@ -39,9 +39,9 @@ from typing import Any
 
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import pids, protocol, wire
-from farm.runtime import scratch
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.protocol import Command, Failure, Reply
+from farm.runtime import scratch
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import dumps, tensor_bytes
 from farm.targets import DeviceSpec

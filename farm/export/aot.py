@@ -131,7 +131,7 @@ def plan(op_c: str, recorded: dict) -> dict[str, Any]:
     kernels = []
     for kname, vs in variants(launches).items():
         out_name = c_name(op_c, kname)
-        for i, v in enumerate(vs):
+        for v in vs:
             v["command"] = compile_command(kname, out_name, v)
         kernels.append({"kernel": kname, "out_name": out_name, "variants": vs,
                         "link_command": ["python", "-m", "triton.tools.link", f"src/{out_name}.*.h", "-o", f"src/{out_name}"]})

@@ -28,8 +28,7 @@ from farm.errors import FarmError
 from farm.export import package_envelope
 from farm.runtime import grads
 from farm.runtime.compare import all_ok, as_output_list, compare_outputs, through_inputs
-from farm.runtime.tensors import describe_values
-from farm.runtime.tensors import clone_values, to_cpu, to_device
+from farm.runtime.tensors import clone_values, describe_values, to_cpu, to_device
 
 DEFAULT_CASES = 8
 

@@ -14,8 +14,8 @@ sees a newer package each time.
 from __future__ import annotations
 
 import importlib.util
-import keyword
 import json
+import keyword
 import re
 import sys
 from pathlib import Path

@@ -428,7 +428,7 @@ def op_doc(pkg: str, source: str, op: str, fn: str, cls: str, doc: dict) -> str:
                   "spread is not stored.", ""]
     lines += ["## Reproduce", "", "```",
               f"farm reference --source {source} --op {op} --seed {doc.get('seed') or 0} --shapes {doc.get('shapes') or 'bench'}"]
-    for target, k in sorted(kernels.items()):
+    for _target, k in sorted(kernels.items()):
         lines.append(k["command"])
     lines += [f"farm export --run {first.get('run')} --source {source} --op {op} --out DIR --name {pkg}",
               "pip install DIR && pytest DIR/tests", "```", "", "## Not run on hardware", ""]

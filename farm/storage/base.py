@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import re
@@ -16,8 +17,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
-
-import errno
 
 from farm.errors import IntegrityError, InvalidName, StorageError
 
@@ -134,7 +133,9 @@ class Store(ABC):
 
     def require_present(self, named: str = "store") -> None:
         """For commands that only read: the store itself is there (a missing one would read as
-        empty, and a typo in its URL as a green "0 objects"). `named` says where its URL came from."""
+        empty, and a typo in its URL as a green "0 objects"). `named` says where its URL came from.
+        A store that cannot be missing (S3's bucket is checked on first use) has nothing to do."""
+        return None
 
 
 def parse_json(where: str, data: bytes) -> dict:

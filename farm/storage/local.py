@@ -230,11 +230,11 @@ class FileStore(Store):
         for _ in range(READ_ATTEMPTS):
             before, holder = self._accepted(key), {}
 
-            def copy(dst):
+            def copy(dst, holder=holder):
                 with open(self._path(key), "rb") as src:
                     holder["sha"], holder["size"] = sha256_stream(src, dst)
 
-            def gate():
+            def gate(holder=holder, before=before):
                 holder["after"] = after = self._accepted(key)
                 if not (before is None or after is None or holder["sha"] in before | after):
                     raise _Overtaken

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from farm.ascend.port import pipeline as port_pipeline
 from farm.ascend.lint import errors, lint
 from farm.ascend.port import (
     PortContext,
@@ -31,6 +30,7 @@ from farm.ascend.port import (
     port,
     subtile_region,
 )
+from farm.ascend.port import pipeline as port_pipeline
 from farm.corpus import opcheck
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError

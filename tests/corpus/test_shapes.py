@@ -187,10 +187,11 @@ def test_the_meta_forward_never_launches_a_triton_kernel(tmp_path):
     """A meta tensor's data_ptr() is 0: on a GPU the launch is an illegal memory access that
     poisons the process's CUDA context (every Triton op then failed reference generation on an
     H100). The guard's forward refuses the launch and records why; Triton works again after."""
-    from tests.conftest import GOOD_TASK
     import torch
     import triton.runtime.interpreter as interpreter
     import triton.runtime.jit as jit
+
+    from tests.conftest import GOOD_TASK
 
     before = (vars(jit.JITFunction)["run"], vars(interpreter.InterpretedFunction)["run"])
     task = corpus.load_task(_ref(tmp_path, GOOD_TASK, name="scale2", source="mini"), "bench")

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import types
 
+from test_speedup import _scripted_evaluator
+
 from farm.evaluate import comparison
 from farm.evaluate.lease import DeviceLease
 from farm.evaluate.protocol import reply_for
-from test_speedup import _scripted_evaluator
 
 
 class Runner:
@@ -173,10 +174,10 @@ def test_the_device_floor_is_measured_once_per_device_and_process(monkeypatch):
 
 def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(tmp_path, monkeypatch):
     import torch
+    from test_evaluator import NAN_TASK, evaluate_nan_task_once
 
     from farm.evaluate import lease as device_lease
     from farm.evaluate.sandbox import Sandbox
-    from test_evaluator import NAN_TASK, evaluate_nan_task_once
 
     held_at_start, commands = [], []
     real_start, real_call = Sandbox.start, Sandbox.call

@@ -19,7 +19,7 @@ from farm.reference.generate import generate_references
 from farm.search.batch import load_reference
 from farm.search.results import figures_of
 from farm.storage import open_store
-from tests.evaluate.test_evaluator import CPU, GOOD, LIMITS, TASK, variant
+from tests.evaluate.test_evaluator import CPU, LIMITS, TASK, variant
 
 # right at the benchmark case (7 rows), wrong wherever the row count differs
 HARD_CODED = variant("m, k = x.shape", "m, k = 7, x.shape[1]")

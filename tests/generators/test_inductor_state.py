@@ -21,7 +21,6 @@ from farm.generators.inductor import capture
 from farm.generators.inductor.constructor import copied_init
 from farm.generators.inductor.generator import InductorGenerator
 from farm.generators.inductor.layers import Unsupported, state_layers, tensor_state
-
 from tests.generators.test_inductor import run_in_interpreter
 
 # rotary embedding, gelu_and_mul_sparse and fused_add_rms_norm of vLLM's torch ops, in small

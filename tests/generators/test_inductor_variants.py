@@ -9,7 +9,6 @@ import random
 
 from farm.generators.base import Candidate, Context
 from farm.generators.inductor.generator import MARKER, VARIANTS, InductorGenerator
-
 from tests.generators.test_inductor import REPO, run_in_interpreter
 
 TASK = REPO / "tasks" / "vllm_torch" / "rms_norm.py"

@@ -19,8 +19,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from farm.config import Settings
 from farm.errors import StorageError
-from farm.observe import metrics
-from farm.observe import devices
+from farm.observe import devices, metrics
 from farm.observe.devices import DeviceProbe, parse_npu_smi_usages
 from farm.observe.worker_metrics import SupervisorCollector, WorkerState
 from farm.storage import open_store

@@ -84,7 +84,7 @@ def test_moved_and_copied_inputs_point_at_their_own_tensors(made):
 
 def test_unsigned_tables_and_their_pointees_cross_to_the_runner(made):
     inputs = made["data"]["inputs"]
-    with pytest.raises(Exception):  # torch's own pickling of a uint64 storage: why dumps exists
+    with pytest.raises(Exception):  # noqa: B017 - torch's own pickling of a uint64 storage: why dumps exists
         pickle.loads(pickle.dumps(inputs[1], protocol=pickle.HIGHEST_PROTOCOL))
     got = pickle.loads(dumps(inputs))
     assert got[1].dtype == torch.uint64 and torch.equal(got[1], inputs[1])

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from farm.config import load_settings
-from farm.evaluate.evaluator import EvalSettings
 from farm.corpus.tasks import find_tasks
+from farm.evaluate.evaluator import EvalSettings
 from farm.generators import Generator, Proposal, load_generator
 from farm.reference.generate import generate_references
 from farm.search import ledger, results, selection

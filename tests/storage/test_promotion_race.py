@@ -51,8 +51,7 @@ def test_concurrent_promotions_on_a_file_store_keep_the_fastest(tmp_path, seed):
 
 def test_concurrent_promotions_on_s3_keep_the_fastest(s3_server):  # noqa: F811
     for seed in range(ROUNDS):
-        prefix = f"race{seed}"
-        _race(lambda: s3_server.store(prefix), seed)
+        _race(lambda prefix=f"race{seed}": s3_server.store(prefix), seed)
 
 
 def test_a_record_from_an_older_farm_keeps_its_best_py(tmp_path):

@@ -184,7 +184,9 @@ def host_value(expr: ast.expr | None, tree: ast.Module, func: ast.AST | None, li
     """An int (or an upper bound of it, through min()) that a host expression has, if it is fixed."""
     if expr is None or depth > 8:
         return None
-    again = lambda e: host_value(e, tree, func, line, depth + 1)
+    def again(e):
+        return host_value(e, tree, func, line, depth + 1)
+
     if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
         return expr.value
     if isinstance(expr, ast.Name):

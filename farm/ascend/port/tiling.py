@@ -146,7 +146,9 @@ def cap_allowed(fn: ast.FunctionDef, block: str) -> bool:
     loops = _chunk_loops(fn, block)
     if not loops:
         return False
-    in_chunk = lambda fact: any(loop in loops for loop in fact.loops)
+    def in_chunk(fact):
+        return any(loop in loops for loop in fact.loops)
+
     accumulators = _accumulators(fn, loops)
     if accumulators is None:
         return False

@@ -4,7 +4,6 @@ candidate can repeat (docs/inductor.md, "Parameters and buffers")."""
 from __future__ import annotations
 
 
-
 class Unsupported(Exception):
     """What inductor produced cannot become a candidate; the message says why."""
 
