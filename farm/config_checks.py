@@ -48,6 +48,7 @@ OTHER_VARIABLES = {
     "FARM_PROMETHEUS_URL": "deploy/compose and deploy/k8s (Grafana)",
     "FARM_IMPORT_LOG": "tests/cli/test_dependencies.py",
     "FARM_TEST_AMQP_URL": "tests/distributed/test_exporter.py",
+    "FARM_TEST_SLOW": "tests/cli/test_signals.py (a task that sleeps mid-op)",
 }
 PREFIX = "FARM_"
 _said: set[str] = set()  # unknown variables already warned of in this process

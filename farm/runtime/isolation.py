@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import threading
 import time
@@ -32,9 +33,27 @@ _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 
 
+SOCKET_PATH_ROOM = 60  # what multiprocessing adds to its temp dir for the forkserver's socket path
+
+
+def _short_temp_dir() -> None:
+    """The forkserver listens on a Unix socket under multiprocessing's temp dir, and a socket's
+    path has at most 107 bytes: under a deep TMPDIR (a test's, a scheduler's job folder) every
+    start failed with "AF_UNIX path too long". There, its temp dir is made under /tmp instead."""
+    import tempfile
+    from multiprocessing import process, util
+
+    if len(tempfile.gettempdir()) + SOCKET_PATH_ROOM <= 107 or process.current_process()._config.get("tempdir"):
+        return
+    short = tempfile.mkdtemp(prefix="farm-mp-", dir="/tmp")
+    process.current_process()._config["tempdir"] = short
+    util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-100)
+
+
 def _context():
     global _CONTEXT
     if _CONTEXT is None:
+        _short_temp_dir()
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["torch"])
         _CONTEXT = ctx

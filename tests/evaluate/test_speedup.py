@@ -213,6 +213,7 @@ def _scripted_evaluator(round_reply):
     ev.spec = resolve_device("cuda:0")
     ev.settings = EvalSettings(rounds=3, round_reps=4)
     ev._null_run = False
+    ev.space_cases, ev.cases_note, ev.mix = [], "", []  # no recorded shape-space cases
     ev._op_timing = {"mode": "graph", "reason": "original 2.0 us per call in a graph, under 20 us",
                      "graph_calls": 100, "flush": "none"}
     ev._baseline_slots = lambda: {"Model": "", "Reference": ""}

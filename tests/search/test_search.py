@@ -218,7 +218,8 @@ def test_interrupted_batch_leaves_a_consistent_ledger(demo_store):
     with pytest.raises(KeyboardInterrupt):
         search_batch([refs["vector_add_scale"]], store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config,
                      on_event=interrupt)
-    assert ledger.read(store, "ctrlc") == {}  # not marked done; its checkpoint lets it resume
+    # marked interrupted, not done: its checkpoint lets the next run resume it
+    assert {k: v["status"] for k, v in ledger.read(store, "ctrlc").items()} == {"demo/vector_add_scale": "interrupted"}
     rows = search_batch([refs["vector_add_scale"]], store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config)
     assert rows[0]["status"] == "succeeded" and rows[0]["submitted"] == 3
     assert ledger.read(store, "ctrlc")["demo/vector_add_scale"]["status"] == "done"
