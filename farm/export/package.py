@@ -179,9 +179,7 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
         kernels[target] = {
             "module": f"kernel_{target}", **device, "verified_inputs": [describe(v) for v in data["inputs"]],
             "envelope": {**envelope.check(ref, data, folder / f"kernel_{target}.py", device, cases),
-                         # sizes where the kernel was timed slower than the original go to the original
-                         "slower": [{k: r.get(k) for k in ("label", "shape", "speedup")}
-                                    for r in meta.get("slower_cases") or []]},
+                         "slower": slower_rule(meta, device)},
             "ref_sha256": pt_sha, "ref_matches": (meta.get("verified") or {}).get("ref_sha256") in (None, pt_sha),
             "config": report.get("config", {}), "command": reproduce_command(meta, report),
             **{k: meta.get(k) for k in ("run", "candidate", "generator", "device_name", "time_ms",
@@ -219,6 +217,15 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
             "aot": {t: k["aot"]["status"] for t, k in kernels.items() if "aot" in k},
             "speedup_vs_model": {t: k["speedup_vs_model"] for t, k in kernels.items()},
             "timing_mode": {t: k["timing_mode"] for t, k in kernels.items()}}
+
+
+def slower_rule(meta: dict, device: dict) -> list[dict]:
+    """The sizes where the kernel was timed slower than the original, which dispatch sends to the
+    original. None on an interpreted target: its figures are the interpreter's host clock, which
+    only ranks candidates (a CPU kernel timed 0.92x there went to PyTorch at its own bench size)."""
+    if device.get("interpret"):
+        return []
+    return [{k: r.get(k) for k in ("label", "shape", "speedup")} for r in meta.get("slower_cases") or []]
 
 
 def _device_of(target: str) -> dict:

@@ -119,3 +119,14 @@ def test_the_shapes_of_a_slower_case_go_to_the_original():
     env = {"signatures": [], "slower": [{"label": "low", "shape": [[1, 300]], "speedup": 0.8}]}
     assert slower(env, (torch.zeros(1, 300),)) == "the low case [[1, 300]]: timed 0.80x the original"
     assert slower(env, (torch.zeros(2, 300),)) == "" and slower({"signatures": []}, (torch.zeros(1, 300),)) == ""
+
+
+def test_interpreter_timings_route_no_size_to_the_original():
+    """A slower case measured by the interpreter's host clock is no speed figure: only a compiled
+    target's slower cases become the export's "slower" rule."""
+    from farm.export.package import slower_rule
+
+    meta = {"slower_cases": [{"label": "bench", "shape": [[300]], "speedup": 0.92, "time_ms": 1.0}]}
+    assert slower_rule(meta, {"device_type": "cpu", "interpret": True}) == []
+    assert slower_rule(meta, {"device_type": "cuda", "interpret": False}) == [
+        {"label": "bench", "shape": [[300]], "speedup": 0.92}]
