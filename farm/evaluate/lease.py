@@ -78,6 +78,12 @@ class DeviceLease:
             if phase == TIMING:
                 self._tell(False)
 
+    @property
+    def timings_waiting(self) -> int:
+        """Timings that asked for the device and have not had it yet (served in the order they asked)."""
+        with self._cond:
+            return self._next_ticket - self._serving
+
     def listen(self, listener: Callable[[bool], None]) -> None:
         """`listener(True)` when a timing of this process takes the device, `(False)` when it
         lets go (farm.evaluate.quiet pauses the host's other work meanwhile)."""

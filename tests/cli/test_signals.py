@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ SLOW_TASK = '''
 import os
 import pathlib
 import time
+from pathlib import Path
 import torch
 import torch.nn as nn
 
@@ -122,19 +124,22 @@ def test_a_signal_mid_reference_records_the_op_interrupted_and_the_next_run_make
     assert [r["success"] for r in json.loads(out)["results"]] == [True, True]
 
 
-def _sleeper(report, seconds):
+def _sleeper(report, seconds, marker=None):
     report("sleeping")
+    if marker:
+        Path(marker).touch()
     time.sleep(seconds)
 
 
-def test_stop_children_ends_children_in_flight_as_interrupted_and_allow_children_resumes():
-    outcomes = []
-    waiter = threading.Thread(target=lambda: outcomes.append(isolation.run_in_child(_sleeper, (60,), timeout_s=120)))
+def test_stop_children_ends_children_in_flight_as_interrupted_and_allow_children_resumes(tmp_path):
+    outcomes, marker = [], tmp_path / "sleeping"
+    waiter = threading.Thread(target=lambda: outcomes.append(
+        isolation.run_in_child(_sleeper, (60, str(marker)), timeout_s=120)))
     waiter.start()
     deadline = time.monotonic() + 60
-    while not isolation._LIVE and time.monotonic() < deadline:
+    while not marker.exists() and time.monotonic() < deadline:  # the child is in its work, not starting
         time.sleep(0.05)
-    time.sleep(0.5)
+    assert marker.exists(), "the child never started"
     try:
         isolation.stop_children()
         waiter.join(timeout=10)

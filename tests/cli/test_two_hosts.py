@@ -88,7 +88,8 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     assert res.exit_code == 0, res.output
     rows = _ops(res)
     assert set(rows) == {f"{s}/{op}" for s, (_f, op, _t, _m) in TASKS.items()}
-    assert all(r["status"] == "succeeded" and r["unseen_inputs"] is True for r in rows.values()), rows
+    assert all(r["status"] == "succeeded" and r["unseen_inputs"] is True for r in rows.values()), \
+        {k: {f: r.get(f) for f in ("status", "unseen_inputs", "verified", "reason", "best_id")} for k, r in rows.items()}
     done = rows["vllm_triton/twice_vllm"]
     assert done["submitted"] == 1 and done["promoted"] is True  # not searched twice, and said as it was
     # resumable: the same command again finds every op finished in its ledger

@@ -227,14 +227,23 @@ def test_fixed_costs_are_paid_once_per_op_and_adopted_by_later_chunks(row_sum):
     assert second.db.submitted == 4 and all(r.verdict != "pending" for r in second.db.records.values())
 
 
+def _eventually(predicate, limit_s: float = 30) -> bool:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_timings_take_turns_in_the_order_they_asked_and_nest_safely():
     lease = device_lease.DeviceLease("test:1")
-    order, started = [], threading.Event()
+    order, started, release = [], threading.Event(), threading.Event()
 
     def hold_verification():
         with lease.hold("verification"):
             started.set()
-            time.sleep(0.3)
+            release.wait(30)
             with lease.hold("verification"):  # nested: already covered, no deadlock behind the waiting timings
                 pass
 
@@ -244,14 +253,16 @@ def test_timings_take_turns_in_the_order_they_asked_and_nest_safely():
 
     first = threading.Thread(target=hold_verification)
     first.start()
-    started.wait()
+    assert started.wait(30)
     threads = []
     for i in range(4):
         threads.append(threading.Thread(target=timing, args=(i,)))
         threads[-1].start()
-        time.sleep(0.03)  # ask in order 0, 1, 2, 3 while the verification holds the device
+        # asked in order 0, 1, 2, 3 while the verification holds the device: the next starts once this one waits
+        assert _eventually(lambda n=i + 1: lease.timings_waiting == n), f"timing {i} never asked"
+    release.set()
     for t in [first, *threads]:
-        t.join(5)
+        t.join(30)
     assert order == [0, 1, 2, 3]
     with pytest.raises(RuntimeError):
         with lease.hold("verification"):
