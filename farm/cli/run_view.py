@@ -34,9 +34,15 @@ def _best(row: dict) -> str:
                      "retimed": row.get("best_retimed")})
 
 
+def _phase(row: dict) -> str:
+    if row.get("state") == "stalled":
+        return "stalled"
+    return "done, stale" if (row.get("provenance_check") or {}).get("status") == "stale" else row["phase"]
+
+
 def status_table(view: dict):
     shown = _shown(view)
-    rows = [[r["op"], "stalled" if r.get("state") == "stalled" else r["phase"], r["reference"], f"{r['chunk']}",
+    rows = [[r["op"], _phase(r), r["reference"], f"{r['chunk']}",
              f"{r['tried']}", f"{r['passed']}", _best(r), r["worker"] or "-",
              (r.get("stalled") or r["error"] or "")[:60]] for r in shown]
     if len(shown) < len(view["ops"]):

@@ -39,6 +39,7 @@ def status(
         return reconcile.observe(s, runs.summarize(st, name))
 
     view = look()
+    stale = _judge(s, st, view)
     if as_json:
         print_json(view)
         return
@@ -52,7 +53,7 @@ def status(
                 live.update(status_table(view))
     else:
         out.print(status_table(view))
-    for line in stalled_lines(view):
+    for line in stalled_lines(view) + stale:
         err.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
     if view["status"] in ("running", "stalled", "cancelling", "interrupted"):
         out.print(f"report: `farm report {name}` writes a page of the run so far", highlight=False)
@@ -60,6 +61,41 @@ def status(
         out.print(f"report: `farm report {name}` writes the page ({len(view['ops'])} ops)", highlight=False)
     else:
         report_cmd.print_line(report_cmd.try_write(st, name, s=s))
+
+
+def _judge(s, st, view: dict) -> list[str]:
+    """Each finished op's result judged against the task file and reference data as they are
+    now (farm.search.provenance): one verified on an older task is marked stale in the table
+    and in --json ("provenance_check"), and a line says how to verify it again. Runs past
+    REPORT_MAX_OPS finished ops are not judged here (one read per op); `farm report` judges them."""
+    from farm.search import ledger, provenance
+    from farm.search.results import op_prefix
+
+    done = [r for r in view["ops"] if r["phase"] == "done"]
+    if not done or len(done) > REPORT_MAX_OPS:
+        return []
+    results = ledger.read(st, view["run"]) if view["kind"] == "local" else {}
+    docs = {(r["source"], r["op"]): (results.get(f"{r['source']}/{r['op']}") or {}).get("result")
+            or _checkpoint(st, op_prefix(view["run"], r["source"], r["op"])) for r in done}
+    judged = provenance.judge(st, s, docs)
+    stale: dict[str, list[str]] = {}
+    for r in done:
+        verdict = judged[(r["source"], r["op"])]
+        r["provenance_check"] = {"status": verdict["status"], "why": verdict["why"]}
+        if verdict["status"] == provenance.STALE:
+            stale.setdefault(verdict["why"], []).append(r["op"])
+    return [f"stale: {len(ops)} op(s) ({', '.join(ops[:5])}{', ...' if len(ops) > 5 else ''}) were verified on "
+            f"other inputs than they have now ({why}); `farm run` (or `farm search`) again verifies them"
+            for why, ops in stale.items()]
+
+
+def _checkpoint(st, prefix: str) -> dict | None:
+    from farm.errors import FarmError
+
+    try:
+        return st.read_json(f"{prefix}/state.json") or None
+    except FarmError:  # a damaged checkpoint: its provenance is unknown, never a crash here
+        return None
 
 
 def _list_runs(st, as_json: bool) -> None:

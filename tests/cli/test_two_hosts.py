@@ -27,7 +27,8 @@ TASKS = {  # source -> (AKG folder, op, task file, mode)
     "vllm_triton": ("vllm/triton_ops", "twice_vllm", akg_style.VLLM_CLASS, "reference-data"),
     "vllm_torch": ("vllm/torch_ops", "twice_torch", akg_style.TORCH_MODEL, "model"),
 }
-SEARCH = ["--target", "cpu", "--max-tasks", "1", "--generators", "tune>inductor", "--json"]
+# two candidates: on a loaded machine (CI's 2 cores, two test processes) one may miss its time limit
+SEARCH = ["--target", "cpu", "--max-tasks", "2", "--generators", "tune>inductor", "--json"]
 
 
 def _host(root: Path) -> dict[str, str]:
@@ -81,8 +82,8 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     res = cli("search", "--ref-pt", refs / "vllm_triton" / "twice_vllm.pt",
               "--benchmark-file", akg / "vllm" / "triton_ops" / "twice_vllm.py", *SEARCH)
     assert res.exit_code == 0, res.output
-    row = _ops(res)["vllm_triton/twice_vllm"]
-    assert row["status"] == "succeeded" and row["unseen_inputs"] is True and row["verified"] == "4 seed sets"
+    first = _ops(res)["vllm_triton/twice_vllm"]
+    assert first["status"] == "succeeded" and first["unseen_inputs"] is True and first["verified"] == "4 seed sets"
     # the whole folder: the op above goes on from its finished checkpoint, the other two are searched
     res = cli("search", "--ref-dir", refs, "--ops-per-device", "2", *SEARCH)
     assert res.exit_code == 0, res.output
@@ -91,7 +92,7 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     assert all(r["status"] == "succeeded" and r["unseen_inputs"] is True for r in rows.values()), \
         {k: {f: r.get(f) for f in ("status", "unseen_inputs", "verified", "reason", "best_id")} for k, r in rows.items()}
     done = rows["vllm_triton/twice_vllm"]
-    assert done["submitted"] == 1 and done["promoted"] is True  # not searched twice, and said as it was
+    assert done["submitted"] == first["submitted"] and done["promoted"] is True  # not searched twice, said as it was
     # resumable: the same command again finds every op finished in its ledger
     again = _ops(cli("search", "--ref-dir", refs, *SEARCH))
     assert {r["status"] for r in again.values()} == {"skipped"}
@@ -105,7 +106,9 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     # the PyTorch Model's inductor seed: compiled at each of those cases too, it passes at every one
     seed = json.loads((store / "kernels/cpu/vllm_torch/twice_torch/best.json").read_text())
     assert seed["verified"]["cases"] == 2, seed
-    assert seed["generator"] == "inductor"
+    tried = json.loads((store / "runs/refs-cpu/vllm_torch/twice_torch/report.json").read_text())["candidates"]
+    assert any(c["generator"] == "inductor" and c["verdict"] == "pass" for c in tried), \
+        [(c["generator"], c["verdict"], c["error"]) for c in tried]
 
     # a folder the existing tools' generator made: no seed sets, their own manifest
     plain = target_host / "akg_refs"

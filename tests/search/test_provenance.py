@@ -70,6 +70,12 @@ def test_an_edited_task_is_searched_again_and_its_stale_kernel_refused_and_flagg
         assert "refused" in said and "cpu/mini/scale2" in said and "the task file changed" in said, said
         assert "farm run" in said and "--allow-stale" in said and "Traceback" not in refused.output
     assert not (tmp_path / "pkg").exists()
+    # status marks the finished op stale, in its table and --json, and says how to verify it again
+    [op] = json.loads(cli("status", "local-mini-cpu", "--json").stdout)["ops"]
+    assert op["provenance_check"]["status"] == "stale" and "the task file changed" in op["provenance_check"]["why"]
+    shown = cli("status", "local-mini-cpu")
+    assert shown.exit_code == 0 and "done, stale" in shown.stdout, shown.output
+    assert "stale: 1 op(s) (scale2)" in _flat(shown.stderr) and "farm run" in shown.stderr
     report = cli("report", "local-mini-cpu", "--out", tmp_path / "report", "--json")
     assert report.exit_code == 0, report.output
     assert "the task file changed" in json.loads(report.stdout)["stale"]["mini/scale2"]
