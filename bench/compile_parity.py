@@ -38,7 +38,7 @@ from farm.generators import DEFAULT_CHAIN  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.runtime.isolation import run_in_child  # noqa: E402
 from farm.search.budget import search_by_headroom  # noqa: E402
-from farm.search.controller import SearchConfig  # noqa: E402
+from farm.search.context import SearchConfig, SearchContext  # noqa: E402
 from farm.search.results import op_prefix  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
@@ -312,7 +312,7 @@ def run(args) -> None:
             _append(rows_path, op_row(store_root, ref, row, shapes, args.device))
             print(f"{ref.key}: {row.get('status')}", flush=True)
 
-    search_by_headroom(todo, store, RUN, spec.target.name, [spec], gens, config, spec.target.interpret,
+    search_by_headroom(todo, SearchContext(store, RUN, spec.target.name, [spec], gens, config), spec.target.interpret,
                        retry_errors=True, on_op=on_op)
 
 

@@ -23,10 +23,12 @@ from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as corpus  # noqa: E402
 from farm.evaluate import boundary  # noqa: E402
 from farm.evaluate.evaluator import EvalSettings, Evaluator  # noqa: E402
+from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.search.batch import load_reference  # noqa: E402
-from farm.search.controller import SearchConfig, search_op  # noqa: E402
+from farm.search.context import SearchConfig, SearchContext  # noqa: E402
+from farm.search.controller import search_op  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
 
@@ -48,10 +50,10 @@ def one_search(ref, data, store, mode: str, max_tasks: int) -> dict:
             rows.append({"id": info["id"], "verdict": info["verdict"], "time_ms": info["time_ms"]})
 
     t0 = time.time()
-    outcome = search_op(ref, data, store, f"sandbox-{mode}-{time.time_ns()}", "cuda", [SPEC],
-                        [load_generator("tune")], SearchConfig(max_tasks=max_tasks, max_concurrent=1,
-                                                               chunk_size=max_tasks),
-                        eval_settings=settings, on_event=on_event, evaluator_factory=factory)
+    ctx = SearchContext(store, f"sandbox-{mode}-{time.time_ns()}", "cuda", [SPEC], [load_generator("tune")],
+                        SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=max_tasks),
+                        EvalOptions(base=settings), on_event=on_event, evaluator_factory=factory)
+    outcome = search_op(ref, data, ctx)
     return {"mode": mode, "sandbox": sorted(kinds), "wall_s": round(time.time() - t0, 2), "status": outcome.status,
             "candidates": rows}
 

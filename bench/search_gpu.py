@@ -27,13 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as corpus  # noqa: E402
 from farm.evaluate import timing
+from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.generators.tune import grid as tune_grid  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.runtime.isolation import run_in_child  # noqa: E402
 from farm.search.batch import load_reference  # noqa: E402
-from farm.search.controller import SearchConfig, search_op  # noqa: E402
+from farm.search.context import SearchConfig, SearchContext  # noqa: E402
+from farm.search.controller import search_op  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
 
@@ -107,8 +109,9 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: l
             continue
         data = load_reference(store, ref.source, ref.op)
         t0 = time.time()
-        outcome = search_op(ref, data, store, "bench", "cuda", [SPEC], gens,
-                            SearchConfig(max_tasks=max_tasks, max_concurrent=2, chunk_size=8, flush=flush))
+        outcome = search_op(ref, data, SearchContext(store, "bench", "cuda", [SPEC], gens,
+                                                     SearchConfig(max_tasks=max_tasks, max_concurrent=2, chunk_size=8),
+                                                     EvalOptions(flush=flush), settings))
         wall = time.time() - t0
         report = json.loads(store.get_bytes(f"runs/bench/{ref.source}/{ref.op}/report.json"))
         pt = Path(tempfile.mkdtemp()) / "ref.pt"

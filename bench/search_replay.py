@@ -22,11 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as corpus  # noqa: E402
-from farm.evaluate.evaluator import EvalResult  # noqa: E402
+from farm.evaluate.evaluator import EvalResult, EvalSettings  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.generators.tune import grid  # noqa: E402
-from farm.search.controller import SearchConfig, search_op  # noqa: E402
+from farm.search.context import SearchConfig, SearchContext  # noqa: E402
+from farm.search.controller import search_op  # noqa: E402
 from farm.search.database import normalized_hash  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
@@ -36,12 +37,35 @@ WITHIN = 0.03
 
 
 class ReplayEvaluator:
-    """Answers like farm.evaluate.evaluator.Evaluator, from a table measured on the GPU."""
+    """Answers what a search asks of an evaluator (farm.search.context.SearchEvaluator), from a
+    table measured on the GPU: no runners, nothing verified or re-timed here."""
 
     def __init__(self, table: dict, baseline: dict, spec):
         self.table, self.base, self.spec = table, baseline, spec
+        self.settings = EvalSettings()
 
-    def evaluate(self, source: str, name: str = "", bar: float | None = None) -> EvalResult:
+    def fixed_costs(self) -> dict:
+        return {"cases": None, "baseline": self.base}
+
+    def adopt(self, fixed: dict) -> None:
+        pass
+
+    def verification(self) -> dict:
+        return {"by": "replay"}
+
+    def device_info(self) -> dict:
+        return {}
+
+    def compile_ahead(self, specs, size: int, target: str):
+        raise SystemExit("a replay compiles nothing: run it with evaluator.compile_workers 0 (the default)")
+
+    def confirm(self, source: str, name: str = "") -> dict:
+        return {"error": "a replay of recorded timings is not re-timed"}  # not promoted
+
+    def model_runs(self) -> bool:
+        return True
+
+    def evaluate(self, source: str, name: str = "", bar: float | None = None, runner=None) -> EvalResult:
         row = self.table.get(normalized_hash(source))
         if row is None:
             return EvalResult(verdict="crash", reason="not in the measured grid")
@@ -51,9 +75,6 @@ class ReplayEvaluator:
         return EvalResult(verdict="pass", timing={"median_ms": t, "min_ms": t, "rse": 0.0, "reps": 1,
                                                   "stop_reason": "replay"},
                           speedup_vs_model=row["speedup_vs_model"], speedup_vs_reference=row["speedup_vs_reference"])
-
-    def baseline(self) -> dict:
-        return self.base
 
     def close(self) -> None:
         pass
@@ -69,10 +90,10 @@ def evals_to_target(times: list[float | None], target: float) -> int | None:
 def farm_order(ref, entry: dict, seed: int, budget: int) -> list[float | None]:
     store = open_store(f"file://{tempfile.mkdtemp(prefix='replay-')}")
     spec = resolve_device("cuda:0")
-    factory = lambda r, d, s, e: ReplayEvaluator(entry["table"], entry["baseline"], spec)  # noqa: E731
-    search_op(ref, {"inputs": [], "outputs": [], "init_inputs": []}, store, "replay", "cuda", [spec],
-              [load_generator("tune")], SearchConfig(max_tasks=budget, max_concurrent=1, chunk_size=budget, seed=seed,
-                                                     early_stop=False), evaluator_factory=factory)
+    factory = lambda r, d, s, e, c: ReplayEvaluator(entry["table"], entry["baseline"], spec)  # noqa: E731
+    config = SearchConfig(max_tasks=budget, max_concurrent=1, chunk_size=budget, seed=seed, early_stop=False)
+    search_op(ref, {"inputs": [], "outputs": [], "init_inputs": []},
+              SearchContext(store, "replay", "cuda", [spec], [load_generator("tune")], config, evaluator_factory=factory))
     state = store.read_json("runs/replay/%s/%s/state.json" % (ref.source, ref.op))
     return [r["time_ms"] if r["verdict"] == "pass" else None for r in state["db"]["records"]]
 

@@ -36,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as corpus  # noqa: E402
 from farm.evaluate import lease as device_lease  # noqa: E402
+from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.search.batch import search_batch  # noqa: E402
-from farm.search.controller import SearchConfig  # noqa: E402
+from farm.search.context import SearchConfig, SearchContext  # noqa: E402
 from farm.search.database import normalized_hash  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
@@ -80,7 +81,8 @@ def device_minutes(spans: dict[str, tuple[float, float]]) -> dict[str, float]:
     return out
 
 
-def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Path, ops_per_device: int = 1) -> dict:
+def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, evaluation: EvalOptions, root: Path,
+              ops_per_device: int = 1) -> dict:
     fresh_caches(root, name)
     lease = device_lease.for_device(spec.label)
     marks: dict[str, dict] = {}
@@ -98,8 +100,8 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
                   f"in {m['wall_s']:6.1f} s" + (f": {row['error'][:300]}" if row.get("error") else ""), flush=True)
 
     t0 = time.monotonic()
-    rows = search_batch(refs, store, name, spec.target.name, [spec], gens, config, on_op=on_op,
-                        ops_per_device=ops_per_device)
+    rows = search_batch(refs, SearchContext(store, name, spec.target.name, [spec], gens, config, evaluation),
+                        on_op=on_op, ops_per_device=ops_per_device)
     wall = time.monotonic() - t0
     minutes = device_minutes({k: m["span"] for k, m in marks.items() if "span" in m})
     ops = []
@@ -130,7 +132,7 @@ def run_phase(name: str, refs, store, spec, gens, config: SearchConfig, root: Pa
     done = [o for o in ops if "wall_s" in o]
     total = sum(o["candidates"] for o in done)
     stages = stage_medians([c for o in done for c in o.pop("_cands")]) if done else {}
-    return {"phase": name, "compile_workers": config.compile_workers, "ops_per_device": ops_per_device,
+    return {"phase": name, "compile_workers": evaluation.compile_workers, "ops_per_device": ops_per_device,
             "wall_s": wall, "ops": ops,
             "median_candidates_per_device_minute": _median([o["candidates_per_device_minute"] for o in done]),
             "batch_candidates_per_device_minute": total / (wall / 60) if wall else 0.0,
@@ -269,8 +271,8 @@ def main() -> None:
     for phase, n, k in zip(PHASES, (0, workers), (1, args.ops_per_device)):
         if args.phase not in ("both", phase):
             continue
-        config = SearchConfig(**{**vars(base), "compile_workers": n, "full_timing": phase == "before"})
-        doc[phase] = run_phase(phase, refs, store, spec, gens, config, root, k)
+        evaluation = EvalOptions(compile_workers=n, full_timing=phase == "before")
+        doc[phase] = run_phase(phase, refs, store, spec, gens, base, evaluation, root, k)
         path.write_text(json.dumps(doc, indent=2, default=str))
     if not all(p in doc for p in PHASES):
         print(f"{args.phase} written to {path}; run the other phase with the same options to compare")

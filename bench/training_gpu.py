@@ -48,12 +48,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as corpus  # noqa: E402
 from farm.evaluate import timing  # noqa: E402
+from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.runtime.isolation import run_in_child  # noqa: E402
 from farm.search.batch import load_reference, search_batch  # noqa: E402
-from farm.search.controller import SearchConfig  # noqa: E402
+from farm.search.context import SearchConfig, SearchContext  # noqa: E402
 from farm.search.database import Database  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device, synchronize  # noqa: E402
@@ -245,7 +246,8 @@ def bench_op(ref, store, spec, search: dict, args) -> dict:
 def search_all(refs, store, spec, gens, args) -> dict[str, dict]:
     """Phase A: every op's short search, --ops-per-device at once on the device (farm.search.batch:
     the device lease keeps each timing alone), stopped after --budget-s. Returns key -> row."""
-    config = SearchConfig(max_tasks=args.max_tasks, max_concurrent=2, chunk_size=8, flush=args.flush)
+    ctx = SearchContext(store, "bench", spec.target.name, [spec], gens,
+                        SearchConfig(max_tasks=args.max_tasks, max_concurrent=2, chunk_size=8), EvalOptions(flush=args.flush))
     started: dict[str, float] = {}
     walls: dict[str, float] = {}
     finished: dict[str, dict] = {}  # kept as they come: an interrupted batch returns no rows
@@ -265,8 +267,7 @@ def search_all(refs, store, spec, gens, args) -> dict[str, dict]:
         timer = threading.Timer(args.budget_s, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
     try:
-        search_batch(refs, store, "bench", spec.target.name, [spec], gens, config, on_op=on_op,
-                     ops_per_device=args.ops_per_device)
+        search_batch(refs, ctx, on_op=on_op, ops_per_device=args.ops_per_device)
     except KeyboardInterrupt:
         print(f"search: stopped at the bench budget ({args.budget_s} s)", flush=True)
     finally:

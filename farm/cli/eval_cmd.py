@@ -83,7 +83,7 @@ def eval_candidate(
     if ref_pt:
         same_op(ref, data, ref_pt, f"{task} (--task)" if task else f"the task {ref.key} (--source/--op)",
                 source_too=task is None)
-    with Evaluator(ref, data, spec, settings_) as ev:
+    with Evaluator(ref, data, spec, settings_, config=s) as ev:
         result = ev.evaluate(candidate.read_text(errors="replace"), name=candidate.name)
     if as_json:
         print_json({"candidate": str(candidate), "task": ref.key, **result.as_dict()})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -35,6 +36,7 @@ from farm.corpus import tasks as corpus
 from farm.corpus.tasks import validate_name
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate import profiles
+from farm.evaluate.options import EvalOptions
 from farm.evaluate.timing import check_flush, check_mode
 from farm.generators import DEFAULT_CHAIN, INTERPRETED_CHAIN, load_generator
 from farm.reference import folder as refolder
@@ -42,7 +44,8 @@ from farm.reference.generate import generate_references, reference_cases, refere
 from farm.search import ledger
 from farm.search.batch import cached_ops, load_reference, summarize
 from farm.search.budget import search_by_headroom
-from farm.search.controller import SearchConfig, search_op
+from farm.search.context import SearchConfig, SearchContext
+from farm.search.controller import search_op
 from farm.search.results import best_speedup
 from farm.storage import locks, open_store
 from farm.targets import DeviceSpec, resolve_device, usable_device
@@ -140,10 +143,14 @@ def search(
     specs = parse_devices(target, devices)
     gens = make_generators(generators, bool(s.llm.base_url), specs[0].target.interpret)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
-                          generators=tuple(g.name for g in gens), flush=check_flush(flush),
-                          profile=profiles.get(profile).name,
-                          timing_mode=check_mode(timing_mode), compile_workers=compile_workers)
+                          generators=tuple(g.name for g in gens))
+    evaluation = EvalOptions(flush=check_flush(flush), profile=profiles.get(profile).name,
+                             timing_mode=check_mode(timing_mode), compile_workers=compile_workers)
     st = open_store(s.store, s)
+
+    def context(run: str) -> SearchContext:
+        return SearchContext(st, run, specs[0].target.name, specs, gens, config, evaluation, s)
+
     if ref_dir and (ref_pt or task_file or op):
         raise FarmError("--ref-dir searches a whole folder: leave out --ref-pt, --task-file and --op")
     if ref_pt or task_file:
@@ -155,23 +162,22 @@ def search(
         ref = corpus.ref_from_file(task_file, _pt_source(source, data, ref_pt), settings=s)
         same_op(ref, data, ref_pt, f"{task_file} (--task-file)")
         run = validate_name(run or folder_run_name(ref_pt.resolve().parent.parent, specs[0]), "run", "--run")
-        rows = [_one(ref, data, st, run, specs, gens, config, force, as_json)]
+        rows = [_one(ref, data, context(run), force, as_json)]
     elif ref_dir:
         if not ref_dir.is_dir():
             raise FarmError(f"reference folder {ref_dir} (--ref-dir) does not exist or is not a folder")
         run = validate_name(run or folder_run_name(ref_dir.resolve(), specs[0]), "run", "--run")
-        rows = _folder_batch(s, st, ref_dir, source, run, specs, gens, config, retry_errors, force, as_json,
-                             ops_per_device)
+        rows = _folder_batch(context(run), ref_dir, source, retry_errors, force, as_json, ops_per_device)
     elif op:
         if not source or len(source) != 1:
             raise FarmError("--op needs exactly one --source")
         run = validate_name(run or _default_run_name(), "run", "--run")
         [ref] = corpus.find_tasks(s, source, [op], op_option="--op")
-        rows = [_one(ref, load_reference(st, ref.source, ref.op), st, run, specs, gens, config, force, as_json)]
+        rows = [_one(ref, load_reference(st, ref.source, ref.op), context(run), force, as_json)]
     else:
         run = validate_name(run or _default_run_name(), "run", "--run")
-        rows = _batch(s, st, source, run, specs, gens, config, retry_errors, force, as_json, ops_per_device)
-    _report(rows, run, st, as_json, page, config.profile, redo="--force (or --retry-errors for errors)",
+        rows = _batch(context(run), source, retry_errors, force, as_json, ops_per_device)
+    _report(rows, run, st, as_json, page, evaluation.profile, redo="--force (or --retry-errors for errors)",
             folder=ref_dir or (ref_pt.resolve().parent.parent if ref_pt else None), s=s,
             interpreted=specs[0].target.interpret)
 
@@ -198,20 +204,20 @@ def _pt_source(source: list[str] | None, data: dict, pt: Path) -> str:
     return "local"
 
 
-def _folder_batch(s, st, folder: Path, sources, run, specs, gens, config, retry_errors, force, as_json,
+def _folder_batch(ctx: SearchContext, folder: Path, sources, retry_errors, force, as_json,
                   ops_per_device) -> list[dict]:
     """Every .pt of a copied reference folder, read in place; the task files come from the corpus."""
     found = refolder.ops(folder, sources)
     if not found:
         raise FarmError(f"no reference data (<source>/<op>.pt) in {folder} (--ref-dir)"
                         + (f" for source(s) {', '.join(sources)}" if sources else ""))
-    refs, paths, problems = _folder_tasks(s, found)
+    refs, paths, problems = _folder_tasks(ctx.settings, found)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("batch", total=len(refs))
-        rows = search_by_headroom(refs, st, run, specs[0].target.name, specs, gens, config, specs[0].target.interpret,
+        rows = search_by_headroom(refs, ctx, ctx.devices[0].target.interpret,
                                   retry_errors=retry_errors, force=force, ops_per_device=ops_per_device,
                                   on_op=op_progress(progress, bar, len(refs), as_json),
-                                  load=lambda ref: refolder.load(paths[ref.key], st),
+                                  load=lambda ref: refolder.load(paths[ref.key], ctx.store),
                                   current_sha=lambda ref: refolder.sha256_of(paths[ref.key]))
     return problems + rows
 
@@ -238,12 +244,11 @@ def _folder_tasks(s, found: list) -> tuple[list, dict[str, Path], list[dict]]:
     return refs, paths, problems
 
 
-def _one(ref, data, st, run, specs, gens, config, force, as_json) -> dict:
+def _one(ref, data, ctx: SearchContext, force, as_json) -> dict:
     with progress_bar(not as_json) as progress:
-        bar = progress.add_task(f"{ref.key} on {specs[0].label}", total=config.max_tasks)
-        with locks.held(st, locks.run_lock_key(run), f"run {run}"):
-            outcome = search_op(ref, data, st, run, specs[0].target.name, specs, gens, config, force=force,
-                                on_event=_bar_updater(progress, bar, ref.key))
+        bar = progress.add_task(f"{ref.key} on {ctx.devices[0].label}", total=ctx.config.max_tasks)
+        with locks.held(ctx.store, locks.run_lock_key(ctx.run), f"run {ctx.run}"):
+            outcome = search_op(ref, data, replace(ctx, on_event=_bar_updater(progress, bar, ref.key)), force=force)
     return outcome.as_dict()
 
 
@@ -255,16 +260,16 @@ def _bar_updater(progress, bar, name):
     return update
 
 
-def _batch(s, st, sources, run, specs, gens, config, retry_errors, force, as_json, ops_per_device=1) -> list[dict]:
-    known = {(r.source, r.op): r for r in corpus.find_tasks(s, sources)}
-    pairs = [p for p in cached_ops(st, sources) if p in known]
+def _batch(ctx: SearchContext, sources, retry_errors, force, as_json, ops_per_device=1) -> list[dict]:
+    known = {(r.source, r.op): r for r in corpus.find_tasks(ctx.settings, sources)}
+    pairs = [p for p in cached_ops(ctx.store, sources) if p in known]
     if not pairs:
-        raise FarmError(f"no cached reference data for {', '.join(sources or ['any source'])} in {st.url}: "
+        raise FarmError(f"no cached reference data for {', '.join(sources or ['any source'])} in {ctx.store.url}: "
                         "run `farm reference` first")
     refs = [known[p] for p in pairs]
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("batch", total=len(refs))
-        rows = search_by_headroom(refs, st, run, specs[0].target.name, specs, gens, config, specs[0].target.interpret,
+        rows = search_by_headroom(refs, ctx, ctx.devices[0].target.interpret,
                                   retry_errors=retry_errors, force=force, ops_per_device=ops_per_device,
                                   on_op=op_progress(progress, bar, len(refs), as_json))
     return rows
@@ -433,8 +438,8 @@ def run_local(
     shapes = "small" if spec.target.interpret else "bench"
     # every option is checked before the reference stage: a typo costs no minutes of work
     gens = make_generators(generators, bool(s.llm.base_url), spec.target.interpret)
-    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens),
-                          profile=profiles.get(profile).name)
+    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens))
+    evaluation = EvalOptions(profile=profiles.get(profile).name)
     sources = run_sources(source, ops)
     refs = corpus.find_tasks(s, sources, ops)
     name = run or f"local-{'-'.join(sources)}-{spec.target.name}"
@@ -456,7 +461,7 @@ def run_local(
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("search", total=len(ok))
         # errors are searched again each time: what failed may have been the machine (a full disk)
-        rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], st, name, spec.target.name, [spec],
-                                  gens, config, spec.target.interpret, retry_errors=True, force=force,
-                                  on_op=op_progress(progress, bar, len(ok), as_json))
-    _report(failed + rows, name, st, as_json, page, config.profile, s=s, interpreted=spec.target.interpret)
+        ctx = SearchContext(st, name, spec.target.name, [spec], gens, config, evaluation, s)
+        rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], ctx, spec.target.interpret,
+                                  retry_errors=True, force=force, on_op=op_progress(progress, bar, len(ok), as_json))
+    _report(failed + rows, name, st, as_json, page, evaluation.profile, s=s, interpreted=spec.target.interpret)

@@ -20,8 +20,10 @@ from typing import Any
 
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
+from farm.evaluate.options import EvalOptions
 from farm.reference.manifest import now
 from farm.search import catalog, ledger
+from farm.search.context import SearchConfig
 from farm.search.results import best_speedup
 from farm.storage import Store
 
@@ -49,12 +51,13 @@ class RunSpec:
     timing_mode: str = "auto"  # events, graph, or auto (farm.evaluate.timing.choose_mode)
     created_at: str = field(default_factory=now)
 
-    def search_config(self):
-        from farm.search.controller import SearchConfig  # torch: only a worker's search needs it
-
+    def search_config(self) -> SearchConfig:
         return SearchConfig(max_tasks=self.max_tasks, max_concurrent=self.max_concurrent,
-                            chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed,
-                            flush=self.flush, timing_mode=self.timing_mode)
+                            chunk_size=self.chunk_candidates, generators=tuple(self.generators), seed=self.seed)
+
+    def evaluation(self) -> EvalOptions:
+        """What the run's evaluators are asked (the submitted --flush and --timing-mode)."""
+        return EvalOptions(flush=self.flush, timing_mode=self.timing_mode)
 
     def params(self) -> dict[str, Any]:
         """Everything but the creation time: two submissions of one run must agree on these."""

@@ -47,6 +47,7 @@ from farm.observe import metrics
 from farm.reference.generate import generate_references, reference_cases
 from farm.reference.manifest import now
 from farm.search.batch import load_reference
+from farm.search.context import SearchContext
 from farm.search.controller import OpOutcome, OpSearch
 from farm.storage import Store, open_store
 from farm.targets import DeviceSpec, resolve_device
@@ -291,10 +292,10 @@ def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int)
         [ref] = corpus.find_tasks(e.settings, [source], [op])
         data = load_reference(e.store, source, op)
         events = CandidateLog(run, source, op, spec.target)
-        search = ChunkSearch(ref, data, e.store, run, spec.target, [device],
-                             [load_generator(g) for g in spec.generators], spec.search_config(),
-                             on_event=events, chunk_seconds=e.settings.queue.chunk_time_limit_s / 2,
-                             cancel=lock.lost_event)  # a lapsed lock stops the chunk at its next candidate
+        ctx = SearchContext(e.store, run, spec.target, [device], [load_generator(g) for g in spec.generators],
+                            spec.search_config(), spec.evaluation(), e.settings, on_event=events,
+                            cancel=lock.lost_event)  # a lapsed lock stops the chunk at its next candidate
+        search = ChunkSearch(ref, data, ctx, chunk_seconds=e.settings.queue.chunk_time_limit_s / 2)
         state = search.restore()
         if state and state["status"] != "done" and search.chunks_done > chunk:
             # this chunk was done by an earlier delivery that died before its done mark:

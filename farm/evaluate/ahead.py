@@ -56,10 +56,11 @@ class CompileAhead:
     def __init__(self, specs: list[DeviceSpec], size: int, init_inputs: list, inputs: list,
                  limits: Limits, boundary: Boundary, target: str,
                  configure: Callable[[Sandbox], None] | None = None,
-                 prime: Callable[[Sandbox], None] | None = None):
+                 prime: Callable[[Sandbox], None] | None = None, secrets: list[str] | None = None):
         self.limits = limits
         self.init_inputs, self.inputs = init_inputs, inputs
-        self.secrets = secret_values(current_settings())
+        # masked in what a verdict says: the evaluator's (farm.masking)
+        self.secrets = secret_values(current_settings()) if secrets is None else secrets
         self.boundary = boundary
         self.configure = configure
 

@@ -42,13 +42,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from farm.config import current_settings
+from farm.config import Settings, current_settings
 from farm.corpus import modes
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
 from farm.evaluate import pids, profiles, space_cases, static_checks, timed_checks, timing
+from farm.evaluate.ahead import CompileAhead
 from farm.evaluate.comparison import Comparison
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import LOG_CHARS, REASON_CHARS, EvalResult
@@ -82,7 +83,7 @@ class EvalSettings:
     # cuda: a call whose host time is this many times its event time (and 2 ms more) did
     # work the events did not see
     unseen_work_ratio: float = 4.0
-    sandbox: str | None = None  # auto or off; None: evaluator.sandbox
+    sandbox: str | None = None  # auto or off; None: the evaluator's settings' evaluator.sandbox
     # python of the triton-ascend virtualenv (farm.ascend.frontend); None: its default lookup
     frontend_python: str | None = None
     profile: str = "farm"  # farm.evaluate.profiles: tolerances, trials, timing rules
@@ -98,7 +99,7 @@ class EvalSettings:
     out_of_running: float | None = 0.9
     warm_runners: int = 1  # candidate runners kept started ahead (farm.evaluate.pool)
     # the cases of the op's shape space verified and timed (farm.evaluate.space_cases); None:
-    # the settings' evaluator.cases and evaluator.timed_cases
+    # the evaluator's settings' evaluator.cases and evaluator.timed_cases
     cases: int | None = None
     timed_cases: str | None = None
 
@@ -116,11 +117,14 @@ class EvalSettings:
 
 class Evaluator(TrustedSide, Comparison):
     """Evaluates candidates for one task on one device. Holds both runners, the .pt, the
-    secret fresh-seed cases and the baselines, so each candidate costs only its own runs."""
+    secret fresh-seed cases and the baselines, so each candidate costs only its own runs.
+    `config`: the command's settings (the sandbox policy, the cases, the secrets to mask);
+    None: the settings this process loaded last (farm.config.current_settings)."""
 
     def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, spec: DeviceSpec,
-                 settings: EvalSettings | None = None):
+                 settings: EvalSettings | None = None, config: Settings | None = None):
         self.settings = settings or EvalSettings.for_device(spec)
+        self.config = config if config is not None else current_settings()
         # a compact .pt (a KernelBench-sized op) is verified at the largest shapes that ship in full
         task_ref, ref_data = fitted(task_ref, ref_data, spec, self.settings.limits.compile_s * 4)
         self.ref = task_ref
@@ -144,8 +148,9 @@ class Evaluator(TrustedSide, Comparison):
         recorded, self.cases_note = space_cases.recorded(ref_data)
         self.mix = space_cases.timed(recorded, self._setting("timed_cases"), task_ref.source, spec.target.interpret)
         self.space_cases = space_cases.verified(recorded, self._setting("cases"), self.mix)
-        self.boundary = os_boundary.current(self.settings.sandbox)  # raises where one is required and unavailable
-        self.secrets = secret_values(current_settings())
+        # raises where one is required and unavailable
+        self.boundary = os_boundary.current(self._setting("sandbox"), self.config.evaluator.require_sandbox)
+        self.secrets = secret_values(self.config)
         self.verifier = Verifier(self.tolerance)
         # a fresh runner per candidate, started ahead; the current candidate's is `candidates`
         self.pool = RunnerPool(spec, self.settings.limits, self.boundary, self.settings.warm_runners,
@@ -168,7 +173,7 @@ class Evaluator(TrustedSide, Comparison):
 
     def _setting(self, name: str):
         value = getattr(self.settings, name)
-        return getattr(current_settings().evaluator, name) if value is None else value
+        return getattr(self.config.evaluator, name) if value is None else value
 
     # ------------------------------------------------------------ candidate side
 
@@ -418,6 +423,18 @@ class Evaluator(TrustedSide, Comparison):
 
         result.timing = timed_checks.check(reply, expected, self.tolerance, self.spec.target,
                                            self.settings.unseen_work_ratio, recheck=host_again)
+
+    # ------------------------------------------------------------ what a search asks besides verdicts
+
+    def device_info(self) -> dict:
+        """The device as the trusted runner described it when it started (name, properties)."""
+        return self.references.device_info
+
+    def compile_ahead(self, specs: list[DeviceSpec], size: int, target: str) -> CompileAhead:
+        """`size` compile-ahead runners (farm.evaluate.ahead) over `specs`, set up as this
+        evaluator's own are, so that a candidate compiled in one goes on to be judged in it."""
+        return CompileAhead(specs, size, self.init_inputs, self.inputs, self.settings.limits, self.boundary, target,
+                            configure=self._configure, prime=self._prime, secrets=self.secrets)
 
     def close(self) -> None:
         close_all([self.pool] + [b for b in (self.candidates, self.references) if b is not None])

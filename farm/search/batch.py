@@ -20,14 +20,13 @@ from typing import Any, Callable
 from farm.corpus import tasks as corpus
 from farm.corpus.tasks import natural_sorted
 from farm.errors import FarmError, IntegrityError
-from farm.generators import Generator
 from farm.reference import cases as ref_cases
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.search import catalog, ledger, provenance
-from farm.search.controller import OpOutcome, SearchConfig, search_op
+from farm.search.context import SearchContext
+from farm.search.controller import OpOutcome, search_op
 from farm.storage import Store, locks
-from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +60,9 @@ def _one_writer(fn: Callable) -> Callable:
     """The run is locked while a batch writes it: a second `farm run`/`farm search` on the same
     run waits briefly, then fails naming the holder (farm.storage.locks)."""
     @functools.wraps(fn)
-    def locked(refs, store: Store, run: str, *args, **kwargs):
-        with locks.held(store, locks.run_lock_key(run), f"run {run}"):
-            return fn(refs, store, run, *args, **kwargs)
+    def locked(refs, ctx: SearchContext, *args, **kwargs):
+        with locks.held(ctx.store, locks.run_lock_key(ctx.run), f"run {ctx.run}"):
+            return fn(refs, ctx, *args, **kwargs)
 
     return locked
 
@@ -71,34 +70,30 @@ def _one_writer(fn: Callable) -> Callable:
 @_one_writer
 def search_batch(
     refs: list[corpus.TaskRef],
-    store: Store,
-    run: str,
-    target: str,
-    devices: list[DeviceSpec],
-    generators: list[Generator],
-    config: SearchConfig,
+    ctx: SearchContext,
     retry_errors: bool = False,
     force: bool = False,
     on_op: Callable[[str, dict], None] | None = None,
-    on_event: Callable[[str, dict], None] | None = None,
     ops_per_device: int = 1,
     budgets: dict[str, int] | None = None,
     load: Callable[[corpus.TaskRef], dict[str, Any]] | None = None,
     current_sha: Callable[[corpus.TaskRef], str | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every op: skipped per the ledger, or searched and recorded. Returns one row per op, in
-    the order of `refs`. `budgets` ("source/op" -> candidates) overrides config.max_tasks per op
+    """Every op of `refs` under `ctx` (farm.search.context): skipped per the ledger, or searched
+    and recorded. Returns one row per op, in the order of `refs`. `on_op(phase, row)` hears of
+    each op's start and end. `budgets` ("source/op" -> candidates) overrides config.max_tasks per op
     (farm.search.budget spends a batch's candidates where the headroom is). `load(ref)` gives an
     op's reference data (default: the store's; a copied folder's for `farm search --ref-dir`);
     `current_sha(ref)` its sha256 (default: the store's manifest's). An op finished on another
     task file or reference data than it has now is searched again, its row saying why
     ("retired"), never skipped as done."""
     budgets = budgets or {}
-    config_of = {ref.key: replace(config, max_tasks=budgets[ref.key]) if ref.key in budgets else config
+    store, run = ctx.store, ctx.run
+    config_of = {ref.key: replace(ctx.config, max_tasks=budgets[ref.key]) if ref.key in budgets else ctx.config
                  for ref in refs}
     on_op = on_op or (lambda phase, row: None)
     load = load or (lambda ref: load_reference(store, ref.source, ref.op))
-    catalog.record(store, run, "local", [r.source for r in refs], target, planned=len(refs))
+    catalog.record(store, run, "local", [r.source for r in refs], ctx.target, planned=len(refs))
     done = ledger.read(store, run, force)
     stale = _stale(refs, done, store, run, current_sha) if not force else {}
     rows: dict[str, dict] = {}
@@ -116,15 +111,15 @@ def search_batch(
         else:
             todo.append(ref)
     lock = threading.Lock()  # the ledger's and the callbacks' order
-    cancel = threading.Event()
+    cancel = ctx.cancel or threading.Event()  # set by an interrupt: the running ops stop at their next candidate
 
     def one(ref: corpus.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
         began = {"started_at": manifest.now(), "clock": time.monotonic()}
         try:
-            row = _search_one(ref, load, store, run, target, devices, generators, config_of[ref.key],
-                              force or ref.key in stale, on_event, cancel)
+            row = _search_one(ref, load, replace(ctx, config=config_of[ref.key], cancel=cancel),
+                              force or ref.key in stale)
         except KeyboardInterrupt:  # its checkpoint stays; the ledger says interrupted, and the next run resumes it
             with lock:
                 ledger.record(store, run, ref.key, "interrupted", _timed(
@@ -139,7 +134,7 @@ def search_batch(
             rows[ref.key] = row
             on_op("done", row)
 
-    parallel = max(1, ops_per_device) * len(devices)
+    parallel = max(1, ops_per_device) * len(ctx.devices)
     if parallel == 1 or len(todo) <= 1:
         for ref in todo:
             one(ref)
@@ -187,13 +182,11 @@ def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskR
     pool.shutdown()
 
 
-def _search_one(ref: corpus.TaskRef, load: Callable[[corpus.TaskRef], dict[str, Any]], store: Store, run: str,
-                target: str, devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig, force: bool,
-                on_event: Callable[[str, dict], None] | None, cancel: threading.Event) -> dict[str, Any]:
+def _search_one(ref: corpus.TaskRef, load: Callable[[corpus.TaskRef], dict[str, Any]], ctx: SearchContext,
+                force: bool) -> dict[str, Any]:
     try:
         data = load(ref)
-        outcome = search_op(ref, data, store, run, target, devices, generators, config, force=force,
-                            on_event=on_event, cancel=cancel)
+        outcome = search_op(ref, data, ctx, force=force)
     except FarmError as exc:
         outcome = OpOutcome(ref.source, ref.op, "failed", "error", error=str(exc),
                             transient=getattr(exc, "transient", False))

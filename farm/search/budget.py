@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from farm.evaluate.limits import STOP_WITHIN
+from farm.search.context import SearchContext
 
 FIRST_SHARE = 0.5  # of each op's budget, spent before the headroom is known
 
@@ -65,16 +66,17 @@ def shares(rows: list[dict], pool: int) -> dict[str, dict[str, Any]]:
     return plan
 
 
-def search_by_headroom(refs: list, store, run: str, target: str, devices: list, generators: list, config,
-                       interpreted: bool = False, **kwargs) -> list[dict[str, Any]]:
-    """farm.search.batch.search_batch in two passes (the module docstring); one where there is
-    nothing to weigh (an interpreted target, one op, a budget of one candidate)."""
+def search_by_headroom(refs: list, ctx: SearchContext, interpreted: bool = False, **kwargs) -> list[dict[str, Any]]:
+    """farm.search.batch.search_batch under `ctx` (farm.search.context) in two passes (the module
+    docstring); one where there is nothing to weigh (an interpreted target, one op, a budget of
+    one candidate)."""
     from farm.search.batch import search_batch
 
+    config = ctx.config
     if interpreted or len(refs) < 2 or config.max_tasks < 2 or not config.early_stop:
-        return search_batch(refs, store, run, target, devices, generators, config, **kwargs)
+        return search_batch(refs, ctx, **kwargs)
     first = first_budget(config.max_tasks)
-    rows = search_batch(refs, store, run, target, devices, generators, replace(config, max_tasks=first), **kwargs)
+    rows = search_batch(refs, replace(ctx, config=replace(config, max_tasks=first)), **kwargs)
     spent = sum(int(r.get("submitted") or 0) for r in rows)
     plan = shares(rows, config.max_tasks * len(rows) - spent)
     budgets = {key: 0 for key in plan}
@@ -84,8 +86,7 @@ def search_by_headroom(refs: list, store, run: str, target: str, devices: list, 
     more = [ref for ref in refs if plan[ref.key]["extra"] > 0]
     if more:
         on_op = kwargs.pop("on_op", None) or (lambda phase, row: None)
-        again = search_batch(more, store, run, target, devices, generators, config,
-                             budgets={ref.key: budgets[ref.key] for ref in more},
+        again = search_batch(more, ctx, budgets={ref.key: budgets[ref.key] for ref in more},
                              on_op=lambda phase, row: on_op("more", row) if phase == "done" else None, **kwargs)
         for row in again:  # the first pass's word that an earlier result was retired stays
             key = f"{row['source']}/{row['op']}"

@@ -15,28 +15,26 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
 from queue import Queue
-from typing import Callable
 
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
 from farm.evaluate import limits
 from farm.evaluate import speedup as speedups
-from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.evaluate.result import EvalResult
 from farm.evaluate.sandbox import close_all
-from farm.generators import Context, Generator, Proposal
+from farm.generators import Context, Proposal
 from farm.observe import metrics
 from farm.reference.fitted import fitted
 from farm.reference.manifest import now
 from farm.search import catalog, pipeline, provenance, repair, results, selection
+from farm.search.context import SearchConfig as SearchConfig  # where callers have always imported it from
+from farm.search.context import SearchContext, SearchEvaluator
 from farm.search.database import Database, Record, normalized_hash
 from farm.search.results import OpOutcome, kernel_prefix
 from farm.search.seeding import Seeding
-from farm.storage import Store, locks
+from farm.storage import locks
 from farm.storage.base import dump_json
-from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
 
@@ -47,47 +45,26 @@ TIMING_KEPT = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "method", "m
                "graph_calls", "per_call_ms", "cases")  # cases: the serving mix's rows (farm.evaluate.mix_timing)
 
 
-@dataclass
-class SearchConfig:
-    max_tasks: int = 40  # candidates evaluated, seeds included
-    max_concurrent: int = 4  # candidates in flight per device
-    chunk_size: int = 8  # candidates between two checkpoints
-    generators: tuple[str, ...] = ("tune", "port")
-    seed: int = 0
-    early_stop: bool = True
-    window: int = 5  # candidates per convergence window
-    time_budget_s: float | None = None
-    flush: str = "write"  # the timer's cache flush: write (as do_bench) or clean (farm.evaluate.timing)
-    profile: str = "farm"  # evaluation rules (farm.evaluate.profiles): farm or kernelbench
-    timing_mode: str = "auto"  # auto (CUDA graph for short ops), events or graph (farm.evaluate.timing)
-    compile_workers: int | None = None  # compile-ahead runners (farm.evaluate.ahead); None: evaluator.compile_workers
-    full_timing: bool = False  # every candidate: the whole per-call pass and every round (the search before the timing economy)
-
-
 class OpSearch(Seeding):
-    def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
-                 devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
-                 eval_settings: EvalSettings | None = None, on_event: Callable[[str, dict], None] | None = None,
-                 evaluator_factory: Callable[..., Evaluator] = Evaluator, cancel: threading.Event | None = None):
+    """One op's search under `ctx` (farm.search.context): where it writes, on which devices,
+    with which generators, budget and evaluator options, and who hears of its progress."""
+
+    def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, ctx: SearchContext):
+        devices = ctx.devices
         self.provenance = provenance.of_search(task_ref, ref_data)  # what its results are bound to
         self.retired = ""  # what changed since this run's checkpoint of the op, which was then not taken up
         # a compact .pt's op: generators and evaluators alike work at the fitted shapes (farm.reference.fitted)
         task_ref, ref_data = fitted(task_ref, ref_data, devices[0])
         self.ref = task_ref
         self.data = ref_data
-        self.store = store
-        self.run_name = run
-        self.target = target
-        self.devices = devices
-        self.generators = {g.name: g for g in generators}
-        self.config = config
-        self.eval_settings = eval_settings
-        self.on_event = on_event or (lambda kind, info: None)
-        self.evaluator_factory = evaluator_factory  # benchmarks replay recorded timings through it
-        self.cancel = cancel  # set by an interrupted batch: Ctrl-C never reaches this worker thread
-        self.prefix = results.op_prefix(run, task_ref.source, task_ref.op)
+        self.ctx = ctx
+        self.store, self.run_name, self.target, self.devices = ctx.store, ctx.run, ctx.target, list(devices)
+        self.generators = {g.name: g for g in ctx.generators}  # the tiers that seeded (farm.search.seeding)
+        self.config = ctx.config
+        self.evaluation = ctx.evaluation
+        self.prefix = results.op_prefix(ctx.run, task_ref.source, task_ref.op)
         self.lock = threading.Lock()
-        self.rng = random.Random(config.seed)
+        self.rng = random.Random(ctx.config.seed)
         self.db = Database()
         self.pending_seeds: list[dict] = []
         self.seed_reasons: dict[str, str] = {}  # generator -> why it gave no seed (when none did)
@@ -103,14 +80,15 @@ class OpSearch(Seeding):
         self.fixed_paid = False  # this process paid the op's fixed costs (else it adopted stored ones)
         self.verified_by: dict = {}  # the evaluator's verification(), kept in the checkpoint
         self.final: dict | None = None  # the outcome of the finished search
-        self.device_queue = metrics.COMPILE_QUEUE.labels(target, metrics.device_label() or devices[0].label, "device")
-        self.device_clock = pipeline.DeviceClock(target, devices)
+        self.device_queue = metrics.COMPILE_QUEUE.labels(ctx.target, metrics.device_label() or devices[0].label,
+                                                         "device")
+        self.device_clock = pipeline.DeviceClock(ctx.target, devices)
 
     # ------------------------------------------------------------ state
 
     def _state(self, status: str, stop_reason: str = "") -> dict:
         return {"version": STATE_VERSION, "run": self.run_name, "source": self.ref.source, "op": self.ref.op,
-                "target": self.target, "config": asdict(self.config), "status": status, "stop_reason": stop_reason,
+                "target": self.target, "config": self.ctx.record(), "status": status, "stop_reason": stop_reason,
                 "db": self.db.to_dict(), "rng": selection.rng_state(self.rng), "pending_seeds": self.pending_seeds,
                 "seed_reasons": self.seed_reasons, "seed_tier": self.seed_tier,
                 "best_by_window": self.best_by_window, "chunks_done": self.chunks_done,
@@ -236,10 +214,10 @@ class OpSearch(Seeding):
                 pool.put(evaluator)
         with self.lock:
             self._record(rec, result, device, time.monotonic() - started)
-        self.on_event("candidate", {"id": rec.id, "verdict": rec.verdict, "time_ms": rec.time_ms,
-                                    "generator": rec.generator, "submitted": self.db.submitted,
-                                    "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
-                                    "device": rec.device, "sandbox": rec.sandbox})
+        self.ctx.event("candidate", {"id": rec.id, "verdict": rec.verdict, "time_ms": rec.time_ms,
+                                     "generator": rec.generator, "submitted": self.db.submitted,
+                                     "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
+                                     "device": rec.device, "sandbox": rec.sandbox})
 
     def _bar(self) -> float | None:
         """A candidate that its first rounds put well under this stops comparing there."""
@@ -287,7 +265,8 @@ class OpSearch(Seeding):
 
     def _raise_if_cancelled(self) -> None:
         """Stop as an interrupted `farm search` does: checkpoint kept, not marked done."""
-        if self.cancel is not None and self.cancel.is_set():
+        # set by an interrupted batch: Ctrl-C never reaches this worker thread
+        if self.ctx.cancel is not None and self.ctx.cancel.is_set():
             raise KeyboardInterrupt
 
     def _run_chunk(self, executor: ThreadPoolExecutor, pool: Queue) -> int:
@@ -332,15 +311,15 @@ class OpSearch(Seeding):
         if state and state["status"] == "done" and not self._budget_raised(state):
             return OpOutcome.from_dict(state["outcome"]) if state.get("outcome") else self._outcome(state["stop_reason"])
         pool: Queue = Queue()
-        evaluators = [self.evaluator_factory(self.ref, self.data, spec, self._eval_settings(spec)) for spec in self.devices]
+        evaluators = [self.ctx.evaluator_factory(self.ref, self.data, spec, self.evaluation.settings_for(spec),
+                                                 self.ctx.settings) for spec in self.devices]
         try:
             for ev in evaluators:
                 pool.put(ev)
             baseline = pipeline.fixed_costs(self, evaluators, reuse=not force)
             self.ahead = pipeline.compile_ahead(self, evaluators[0])
-            how = getattr(evaluators[0], "verification", None)  # replaying benchmark evaluators have none
-            self.verified_by = how() if how else {}
-            self.device_info = getattr(getattr(evaluators[0], "references", None), "device_info", {})
+            self.verified_by = evaluators[0].verification()
+            self.device_info = evaluators[0].device_info()
             if state is None:
                 self._make_seeds()
                 self.checkpoint()
@@ -350,33 +329,22 @@ class OpSearch(Seeding):
             close_all(([self.ahead] if self.ahead is not None else []) + evaluators)
         return self._finish(stop, baseline, confirmation) if stop else None
 
-    def _confirm(self, evaluator: Evaluator) -> dict | None:
+    def _confirm(self, evaluator: SearchEvaluator) -> dict | None:
         """The best, re-timed against the Model in a fresh candidate runner before promotion."""
         best = self.db.best()
-        if best is None or not hasattr(evaluator, "confirm"):
+        if best is None:
             return None
         confirmation = evaluator.confirm(best.source, name=f"{best.id}-confirm")
         confirmation["candidate"] = best.id
         confirmation["claimed"] = (best.comparison or {}).get("model")  # the search's figure, beside it
         confirmation["claimed_mix"] = (best.comparison or {}).get("mix")
         confirmation["model_runs"] = evaluator.model_runs()
-        self.on_event("confirm", confirmation)
+        self.ctx.event("confirm", confirmation)
         return confirmation
 
     def _budget_raised(self, state: dict) -> bool:
         """A search that stopped on its budget goes on when asked again with a larger one."""
         return state.get("stop_reason") == "budget" and self.db.submitted < self.config.max_tasks
-
-    def _eval_settings(self, spec: DeviceSpec) -> EvalSettings | None:
-        """The evaluator's settings, with the search's cache flush, timing mode and economy."""
-        c = self.config
-        if c.flush == "write" and c.timing_mode == "auto" and not c.full_timing and (
-                self.eval_settings or c.profile == "farm"):
-            return self.eval_settings
-        base = self.eval_settings or EvalSettings.for_device(spec, c.profile)
-        extra = {} if c.flush == "write" else {"flush": c.flush}
-        full = {"per_call_budget_ms": None, "out_of_running": None} if c.full_timing else {}
-        return replace(base, timing={**base.timing, **extra}, mode=c.timing_mode, **full)
 
     def _loop(self, pool: Queue, max_chunks: int | None) -> str:
         slots = len(self.devices) * self.config.max_concurrent
@@ -395,8 +363,8 @@ class OpSearch(Seeding):
                 ran_chunks += 1
                 self.checkpoint()
                 shares = self.device_clock.end(time.monotonic() - chunk_started)
-                self.on_event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted,
-                                        "device_share": shares})
+                self.ctx.event("chunk", {"chunk": self.chunks_done, "submitted": self.db.submitted,
+                                         "device_share": shares})
                 if ran == 0:
                     if not self.db.records and self.seed_reasons:
                         return "no_seed"
@@ -410,10 +378,9 @@ class OpSearch(Seeding):
                 "baseline_timing": results.baseline_spread(baseline, TIMING_KEPT), "started_at": self.started_at,
                 "finished_at": now(),
                 "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
-                             "fresh_seeds": (self.eval_settings or EvalSettings.for_device(
-                                 self.devices[0], self.config.profile)).fresh_seeds,
-                             "profile": self.config.profile, **self.verified_by},
-                "generators": sorted(self.generators), "config": asdict(self.config), "provenance": self.provenance,
+                             "fresh_seeds": self.evaluation.settings_for(self.devices[0]).fresh_seeds,
+                             "profile": self.evaluation.profile, **self.verified_by},
+                "generators": sorted(self.generators), "config": self.ctx.record(), "provenance": self.provenance,
                 "no_seed": self.no_seed_text() if not (self.db.records or self.pending_seeds) else ""}
 
     def _finish(self, stop: str, baseline: dict, confirmation: dict | None = None) -> OpOutcome:
@@ -422,10 +389,8 @@ class OpSearch(Seeding):
         summary["status"] = "succeeded" if best else "zero_pass"
         summary["best"] = results.candidate_row(best) if best else None
         allowed, why = False, "no passing kernel"
-        if best is not None:
-            if confirmation is None:  # an evaluator without re-timing (replays in benchmarks)
-                allowed, why = True, "not re-timed"
-            elif confirmation.get("error"):
+        if best is not None and confirmation is not None:  # a best is always re-timed (_confirm)
+            if confirmation.get("error"):
                 allowed, why = False, f"the re-timing failed: {confirmation['error']}"
             else:
                 allowed, why = speedups.promotion(confirmation, confirmation.get("model_runs", True),
@@ -460,17 +425,12 @@ class OpSearch(Seeding):
                          **results.verified_fields(self.verified_by))
 
 
-def search_op(task_ref: corpus.TaskRef, ref_data: dict, store: Store, run: str, target: str,
-              devices: list[DeviceSpec], generators: list[Generator], config: SearchConfig,
-              eval_settings: EvalSettings | None = None, force: bool = False,
-              on_event: Callable[[str, dict], None] | None = None,
-              evaluator_factory: Callable[..., Evaluator] = Evaluator,
-              cancel: threading.Event | None = None) -> OpOutcome:
-    """Search one op; errors of the task or its reference data become a `failed` outcome."""
+def search_op(task_ref: corpus.TaskRef, ref_data: dict, ctx: SearchContext, force: bool = False) -> OpOutcome:
+    """Search one op; errors of the task or its reference data become a `failed` outcome.
+    `force`: from scratch, ignoring the op's checkpoint and its stored fixed costs."""
     try:
-        catalog.record(store, run, "local", [task_ref.source], target)  # farm status and --latest know it
-        return OpSearch(task_ref, ref_data, store, run, target, devices, generators, config, eval_settings,
-                        on_event, evaluator_factory, cancel).run(force=force)
+        catalog.record(ctx.store, ctx.run, "local", [task_ref.source], ctx.target)  # farm status and --latest know it
+        return OpSearch(task_ref, ref_data, ctx).run(force=force)
     except FarmError as exc:
         return OpOutcome(task_ref.source, task_ref.op, "failed", "error", error=str(exc),
                          transient=getattr(exc, "transient", False))

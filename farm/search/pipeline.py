@@ -45,12 +45,10 @@ def run_window(executor: ThreadPoolExecutor, job: Callable[[], bool], quota: int
 
 def compile_ahead(search, evaluator) -> ahead.CompileAhead | None:
     """The compile-ahead pool of an OpSearch, where its configuration asks for one."""
-    size = ahead.pool_size(search.config.compile_workers, search.devices[0])
-    if size <= 0 or not hasattr(evaluator, "candidates"):  # replaying benchmark evaluators have no runners
+    size = ahead.pool_size(search.evaluation.compile_runners(search.ctx.settings), search.devices[0])
+    if size <= 0:
         return None
-    return ahead.CompileAhead(search.devices, size, evaluator.init_inputs, evaluator.inputs,
-                              evaluator.settings.limits, evaluator.boundary, search.target,
-                              configure=evaluator._configure, prime=evaluator._prime)
+    return evaluator.compile_ahead(search.devices, size, search.target)
 
 
 def take_evaluator(pool, runner=None) -> tuple:
@@ -59,10 +57,9 @@ def take_evaluator(pool, runner=None) -> tuple:
     which goes on with it."""
     while True:
         evaluator = pool.get()
-        label = getattr(getattr(evaluator, "spec", None), "label", None)
         if runner is None:
             return evaluator, {}
-        if label is None or label == runner.spec.label:
+        if evaluator.spec.label == runner.spec.label:
             return evaluator, {"runner": runner}
         pool.put(evaluator)  # another device's: its own candidates take it
         time.sleep(0.005)
@@ -75,8 +72,6 @@ def fixed_costs(search, evaluators: list, reuse: bool = True) -> dict:
     """Secret seed cases and baselines of an OpSearch, paid once per op and kept beside its
     checkpoint: a later chunk, a resumed search or another worker adopts them. Returns the
     baseline."""
-    if not hasattr(evaluators[0], "fixed_costs"):  # replaying benchmark evaluators
-        return evaluators[0].baseline()
     identity = {"task_sha256": search.ref.sha256(), "ref_sha256": search.data.get("_sha256") or "",
                 "target": search.target, "settings": repr(evaluators[0].settings)}
     fixed = load_fixed(search.store, search.prefix, identity) if reuse else None

@@ -394,5 +394,5 @@ def test_a_submitted_timing_mode_reaches_the_workers_search():
     settings, _ = load_settings()
     spec = make_spec(settings, "demo", ["row_sum"], "cpu", 4, timing_mode="graph", flush="clean")
     again = RunSpec.from_dict(json.loads(json.dumps(spec.params())))  # as stored in run.json
-    assert again.search_config().timing_mode == "graph" and again.search_config().flush == "clean"
-    assert make_spec(settings, "demo", ["row_sum"], "cpu", 4).search_config().timing_mode == "auto"
+    assert again.evaluation().timing_mode == "graph" and again.evaluation().flush == "clean"
+    assert make_spec(settings, "demo", ["row_sum"], "cpu", 4).evaluation().timing_mode == "auto"

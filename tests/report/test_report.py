@@ -21,7 +21,7 @@ from farm.generators import Generator, Proposal
 from farm.reference.generate import generate_references
 from farm.report import collect, figures, page, publish, write_report
 from farm.search.batch import search_batch
-from farm.search.controller import SearchConfig
+from farm.search.context import SearchConfig, SearchContext
 from farm.search.database import Database, Record
 from farm.storage import open_store
 from farm.storage.base import dump_json
@@ -114,7 +114,8 @@ def broken_store(tmp_path_factory) -> Path:
     settings, _ = load_settings(overrides={"corpus.tasks_dir": ""})
     refs = find_tasks(settings, ["demo"], ["row_sum", "swiglu"])
     assert generate_references(refs[:1], store, CPU, 0, "small", 120)[0]["success"]
-    rows = search_batch(refs, store, "broken", "cpu", [CPU], [Broken()], SearchConfig(max_tasks=3, max_concurrent=1))
+    rows = search_batch(refs, SearchContext(store, "broken", "cpu", [CPU], [Broken()],
+                                            SearchConfig(max_tasks=3, max_concurrent=1)))
     assert [r["status"] for r in rows] == ["zero_pass", "failed"]
     return root
 

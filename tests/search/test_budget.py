@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from farm.config import Settings
 from farm.search import batch, budget
-from farm.search.controller import SearchConfig
+from farm.search.context import SearchConfig, SearchContext
 
 
 def _row(op, stop="budget", fraction=None, submitted=5, status="succeeded"):
@@ -28,6 +29,10 @@ def test_shares_follow_the_headroom_left():
     assert all(v["extra"] == 0 for v in budget.shares(rows, 0).values())
 
 
+def _context(target):
+    return SearchContext(None, "r", target, [], [], SearchConfig(max_tasks=10), settings=Settings())
+
+
 class _Ref:
     def __init__(self, op):
         self.source, self.op, self.key = "s", op, f"s/{op}"
@@ -39,7 +44,8 @@ def test_a_batch_runs_half_its_budget_then_gives_the_rest_by_headroom(monkeypatc
     calls = []
     fractions = {"far": 1 / 5, "near": 1 / 2, "floor": 1 / 1.05}
 
-    def fake(refs, store, run, target, devices, generators, config, budgets=None, on_op=None, **kw):
+    def fake(refs, ctx, budgets=None, on_op=None, **kw):
+        config = ctx.config
         calls.append((config.max_tasks, dict(budgets or {})))
         rows = []
         for ref in refs:
@@ -52,15 +58,14 @@ def test_a_batch_runs_half_its_budget_then_gives_the_rest_by_headroom(monkeypatc
 
     monkeypatch.setattr(batch, "search_batch", fake)
     seen = []
-    rows = budget.search_by_headroom([_Ref("far"), _Ref("near"), _Ref("floor")], None, "r", "cuda", [], [],
-                                     SearchConfig(max_tasks=10), on_op=lambda phase, row: seen.append(phase))
+    rows = budget.search_by_headroom([_Ref("far"), _Ref("near"), _Ref("floor")], _context("cuda"),
+                                     on_op=lambda phase, row: seen.append(phase))
     assert calls[0] == (5, {})
     assert calls[1][1] == {"s/far": 5 + 12, "s/near": 5 + 3}  # weights 4 and 1 of 15 left
     assert [r["budget"]["extra"] for r in rows] == [12, 3, 0] and rows[0]["submitted"] == 17
     assert seen == ["done"] * 3 + ["more"] * 2  # the second pass reported apart: counted once
     calls.clear()
-    budget.search_by_headroom([_Ref("far"), _Ref("near")], None, "r", "cpu", [], [], SearchConfig(max_tasks=10),
-                              interpreted=True)
+    budget.search_by_headroom([_Ref("far"), _Ref("near")], _context("cpu"), interpreted=True)
     assert calls == [(10, {})]  # nothing to weigh on the interpreter: one pass as before
 
 

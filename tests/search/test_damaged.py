@@ -14,7 +14,7 @@ from farm.generators import load_generator
 from farm.reference.generate import generate_references
 from farm.search import catalog, ledger
 from farm.search.batch import search_batch
-from farm.search.controller import SearchConfig
+from farm.search.context import SearchConfig, SearchContext
 from farm.search.repair import repair_runs
 from farm.storage import open_store
 from tests.conftest import GOOD_TASK, write_task
@@ -48,8 +48,8 @@ def mini(finished, tmp_path):
 
 
 def _batch(store, refs, max_tasks=1, force=False):
-    [row] = search_batch(refs, store, "r", "cpu", [CPU], [load_generator("tune")],
-                         SearchConfig(max_tasks=max_tasks, max_concurrent=1), force=force)
+    config = SearchConfig(max_tasks=max_tasks, max_concurrent=1)
+    [row] = search_batch(refs, SearchContext(store, "r", "cpu", [CPU], [load_generator("tune")], config), force=force)
     return row
 
 

@@ -12,12 +12,14 @@ from farm.config import load_settings
 from farm.corpus.tasks import find_tasks
 from farm.evaluate import lease as device_lease
 from farm.evaluate.evaluator import EvalSettings, Evaluator
+from farm.evaluate.options import EvalOptions
 from farm.evaluate.sandbox import Limits
 from farm.generators import Generator, Proposal
 from farm.reference.generate import generate_references
 from farm.search import pipeline
 from farm.search.batch import load_reference
-from farm.search.controller import OpSearch, SearchConfig, search_op
+from farm.search.context import SearchConfig, SearchContext
+from farm.search.controller import OpSearch, search_op
 from farm.storage import open_store
 from farm.targets import resolve_device
 
@@ -64,9 +66,10 @@ def _settings(compile_s=HANG_S):
 def _search(row_sum, run, names, workers, devices=(CPU,), on_event=None, factory=Evaluator, concurrent=3):
     store, ref, data = row_sum
     config = SearchConfig(max_tasks=len(names), max_concurrent=concurrent, chunk_size=len(names),
-                          generators=("listed",), early_stop=False, compile_workers=workers)
-    return search_op(ref, data, store, run, "cpu", list(devices), [Listed(names)], config, _settings(),
-                     on_event=on_event, evaluator_factory=factory)
+                          generators=("listed",), early_stop=False)
+    return search_op(ref, data, SearchContext(store, run, "cpu", devices, [Listed(names)], config,
+                                              EvalOptions(compile_workers=workers, base=_settings()),
+                                              on_event=on_event, evaluator_factory=factory))
 
 
 def _verdicts(store, run):
@@ -182,12 +185,12 @@ def test_two_evaluators_on_one_device_never_time_at_once(row_sum):
 
     # the same device twice: two evaluators (two runners) sharing one lease, candidates in flight on both
     store, ref, data = row_sum
-    config = SearchConfig(max_tasks=5, max_concurrent=2, chunk_size=5, generators=("tune",), early_stop=False,
-                          compile_workers=1)
+    config = SearchConfig(max_tasks=5, max_concurrent=2, chunk_size=5, generators=("tune",), early_stop=False)
     from farm.generators import load_generator
 
-    outcome = search_op(ref, data, store, "two-tune", "cpu", [CPU, CPU], [load_generator("tune")], config,
-                        _settings(), evaluator_factory=Recording)
+    outcome = search_op(ref, data, SearchContext(store, "two-tune", "cpu", [CPU, CPU], [load_generator("tune")], config,
+                                                 EvalOptions(compile_workers=1, base=_settings()),
+                                                 evaluator_factory=Recording))
     assert outcome.status == "succeeded"
     assert sum(p == "timing" for p, _, _ in spans) >= 4
     _assert_timing_alone(spans)
@@ -209,12 +212,12 @@ def test_fixed_costs_are_paid_once_per_op_and_adopted_by_later_chunks(row_sum):
 
     from farm.generators import load_generator
 
-    config = SearchConfig(max_tasks=4, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False,
-                          compile_workers=0)
+    config = SearchConfig(max_tasks=4, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False)
 
     def chunk():  # as a distributed worker runs one: a fresh search object, one chunk, the checkpoint
-        search = OpSearch(ref, data, store, "fixed", "cpu", [CPU], [load_generator("tune")], config,
-                          _settings(), evaluator_factory=Counting)
+        search = OpSearch(ref, data, SearchContext(store, "fixed", "cpu", [CPU], [load_generator("tune")], config,
+                                                   EvalOptions(compile_workers=0, base=_settings()),
+                                                   evaluator_factory=Counting))
         search.step(max_chunks=1)
         return search
 
@@ -280,9 +283,9 @@ def test_a_batch_searches_several_ops_at_once_on_one_device(tmp_path):
     refs = find_tasks(settings, ["demo"], ["row_sum", "vector_add_scale"])
     assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
     events = []
-    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), compile_workers=0)
-    rows = search_batch(refs, store, "both", "cpu", [CPU], [load_generator("tune")], config,
-                        on_op=lambda phase, row: events.append((phase, row["op"])), ops_per_device=2)
+    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",))
+    ctx = SearchContext(store, "both", "cpu", [CPU], [load_generator("tune")], config, EvalOptions(compile_workers=0))
+    rows = search_batch(refs, ctx, on_op=lambda phase, row: events.append((phase, row["op"])), ops_per_device=2)
     assert [r["op"] for r in rows] == [r.op for r in refs]  # rows in the order of the refs
     assert all(r["status"] == "succeeded" for r in rows)
     assert [p for p, _ in events[:2]] == ["start", "start"]  # the second op began before the first ended
@@ -317,15 +320,14 @@ def test_an_interrupted_batch_of_parallel_ops_stops_at_their_next_candidate(tmp_
             interrupted.set()
             os.kill(os.getpid(), signal.SIGINT)
 
-    config = SearchConfig(max_tasks=12, max_concurrent=1, chunk_size=4, generators=("tune",), compile_workers=0,
-                          early_stop=False)
+    config = SearchConfig(max_tasks=12, max_concurrent=1, chunk_size=4, generators=("tune",), early_stop=False)
     # Ctrl-C's own handler: a suite started in the background (`cmd &` in a script) inherits
     # SIGINT ignored, and then the signal would never arrive
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
-            search_batch(refs, store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config, on_event=on_event,
-                         ops_per_device=2)
+            search_batch(refs, SearchContext(store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config,
+                                             EvalOptions(compile_workers=0), on_event=on_event), ops_per_device=2)
     finally:
         signal.signal(signal.SIGINT, previous)
     assert len(after) <= 2, after  # each running op finishes the candidate it had in hand, no more

@@ -16,7 +16,7 @@ from farm.reference.generate import generate_references
 from farm.report import collect
 from farm.search import ledger, provenance
 from farm.search.batch import search_batch
-from farm.search.controller import SearchConfig
+from farm.search.context import SearchConfig, SearchContext
 from farm.search.results import best_speedup, fmt_best
 from farm.storage import open_store
 from farm.targets import resolve_device
@@ -107,9 +107,9 @@ def test_reference_data_made_again_with_another_seed_retires_the_result(mini, tm
     assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
     # two candidates: on a loaded machine one may miss its time limit
     config, gens = SearchConfig(max_tasks=2, max_concurrent=1), [load_generator("tune")]
-    [first] = search_batch(refs, store, "seeded", "cpu", [CPU], gens, config)
+    [first] = search_batch(refs, SearchContext(store, "seeded", "cpu", [CPU], gens, config))
     assert first["status"] == "succeeded" and first["promoted"], first
-    [same] = search_batch(refs, store, "seeded", "cpu", [CPU], gens, config)
+    [same] = search_batch(refs, SearchContext(store, "seeded", "cpu", [CPU], gens, config))
     assert same["status"] == "skipped" and not same.get("retired")  # nothing changed: skipped as before
     assert all(r["success"] for r in generate_references(refs, store, CPU, 7, "small", 120))
     fetch = cli("fetch", "seeded", "--out", tmp_path / "got")
@@ -117,7 +117,7 @@ def test_reference_data_made_again_with_another_seed_retires_the_result(mini, tm
     allowed = cli("fetch", "seeded", "--out", tmp_path / "got", "--allow-stale", "--json")
     assert allowed.exit_code == 0, allowed.output
     assert json.loads(allowed.stdout)["kernels"][0]["provenance_check"]["status"] == "stale"
-    [again] = search_batch(refs, store, "seeded", "cpu", [CPU], gens, config)
+    [again] = search_batch(refs, SearchContext(store, "seeded", "cpu", [CPU], gens, config))
     assert again["status"] != "skipped" and "the reference data changed" in again["retired"]
     assert again["provenance"]["ref_sha256"] != first["provenance"]["ref_sha256"]
     state = store.read_json("runs/seeded/mini/scale2/state.json")
@@ -133,7 +133,7 @@ def test_a_checkpoint_on_other_data_is_retired_not_continued(mini):
     [ref] = find_tasks(settings, ["mini"])
     store.put_bytes("runs/r/mini/scale2/state.json", json.dumps(
         {"status": "done", "provenance": {"task_sha256": "0" * 64, "ref_sha256": None}}).encode())
-    search = OpSearch(ref, {"_sha256": "1" * 64}, store, "r", "cpu", [CPU], [], SearchConfig())
+    search = OpSearch(ref, {"_sha256": "1" * 64}, SearchContext(store, "r", "cpu", [CPU], [], SearchConfig()))
     assert search.restore() is None and "the task file changed" in search.retired
 
 
@@ -218,6 +218,7 @@ def test_reference_data_of_an_older_task_file_is_not_searched(mini):
     refs = find_tasks(settings, ["mini"])
     assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
     task.write_text(task.read_text().replace("* 2.0", "* 3.0"))
-    [row] = search_batch(refs, store, "old-data", "cpu", [CPU], [load_generator("tune")], SearchConfig(max_tasks=1))
+    ctx = SearchContext(store, "old-data", "cpu", [CPU], [load_generator("tune")], SearchConfig(max_tasks=1))
+    [row] = search_batch(refs, ctx)
     assert row["status"] == "failed" and "made from another version of this task file" in row["error"]
     assert "farm reference --source mini --ops scale2 --force" in row["error"]

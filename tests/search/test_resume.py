@@ -19,7 +19,7 @@ from farm.reference import manifest
 from farm.reference.generate import generate_references, load_pt
 from farm.search import ledger
 from farm.search.batch import search_batch
-from farm.search.controller import SearchConfig
+from farm.search.context import SearchConfig, SearchContext
 from farm.storage import open_store
 from farm.storage.base import sha256_file
 from farm.targets import resolve_device
@@ -45,12 +45,15 @@ def mini(tmp_path, monkeypatch):
 def test_a_raised_budget_continues_a_finished_search(mini):
     store, refs = mini
     gens = [load_generator("tune")]
-    [first] = search_batch(refs, store, "budget", "cpu", [CPU], gens, SearchConfig(max_tasks=1, max_concurrent=1))
+
+    def budget(config):
+        return SearchContext(store, "budget", "cpu", [CPU], gens, config)
+
+    [first] = search_batch(refs, budget(SearchConfig(max_tasks=1, max_concurrent=1)))
     assert first["submitted"] == 1 and first["stop_reason"] == "budget"
-    [same] = search_batch(refs, store, "budget", "cpu", [CPU], gens, SearchConfig(max_tasks=1, max_concurrent=1))
+    [same] = search_batch(refs, budget(SearchConfig(max_tasks=1, max_concurrent=1)))
     assert same["status"] == "skipped"
-    [more] = search_batch(refs, store, "budget", "cpu", [CPU], gens,
-                          SearchConfig(max_tasks=3, max_concurrent=1, early_stop=False))
+    [more] = search_batch(refs, budget(SearchConfig(max_tasks=3, max_concurrent=1, early_stop=False)))
     # the seeds not yet tried at budget 1 are tried now (children too, where a seed passed)
     assert more["status"] != "skipped" and more["submitted"] >= 2
     assert ledger.read(store, "budget")["mini/scale2"]["result"]["submitted"] == more["submitted"]
@@ -69,10 +72,10 @@ def test_a_full_disk_is_retried_on_the_next_run(mini, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", full_once)
     config = SearchConfig(max_tasks=2, max_concurrent=1)
-    [row] = search_batch(refs, store, "disk", "cpu", [CPU], [load_generator("tune")], config)
+    [row] = search_batch(refs, SearchContext(store, "disk", "cpu", [CPU], [load_generator("tune")], config))
     assert row["status"] == "failed" and row["transient"] and "No space left on device" in row["error"]
     assert ledger.read(store, "disk")["mini/scale2"]["status"] == "error"
-    [again] = search_batch(refs, store, "disk", "cpu", [CPU], [load_generator("tune")], config)
+    [again] = search_batch(refs, SearchContext(store, "disk", "cpu", [CPU], [load_generator("tune")], config))
     assert again["status"] == "succeeded"  # not skipped as a lasting error
 
 

@@ -9,11 +9,13 @@ import pytest
 from farm.config import load_settings
 from farm.corpus.tasks import find_tasks
 from farm.evaluate.evaluator import EvalSettings
+from farm.evaluate.options import EvalOptions
 from farm.generators import Generator, Proposal, load_generator
 from farm.reference.generate import generate_references
 from farm.search import ledger, results, selection
 from farm.search.batch import load_reference, search_batch, summarize
-from farm.search.controller import SearchConfig, search_op
+from farm.search.context import SearchConfig, SearchContext
+from farm.search.controller import search_op
 from farm.search.database import Database, Record, normalized_hash
 from farm.storage import open_store
 from farm.targets import resolve_device
@@ -105,10 +107,11 @@ def test_search_writes_results_and_resumes_after_a_kill(demo_store):
                 raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        search_op(ref, data, store, "resume", "cpu", [CPU], [load_generator("tune")], config, on_event=kill_after_three)
+        search_op(ref, data, SearchContext(store, "resume", "cpu", [CPU], [load_generator("tune")], config,
+                                           on_event=kill_after_three))
     state = store.read_json("runs/resume/demo/row_sum/state.json")
     assert state["status"] == "running" and len(state["db"]["records"]) == 2  # the last full chunk
-    outcome = search_op(ref, data, store, "resume", "cpu", [CPU], [load_generator("tune")], config)
+    outcome = search_op(ref, data, SearchContext(store, "resume", "cpu", [CPU], [load_generator("tune")], config))
     assert outcome.status == "succeeded" and outcome.submitted == 6
     final = store.read_json("runs/resume/demo/row_sum/state.json")
     ids = [r["id"] for r in final["db"]["records"]]
@@ -131,7 +134,7 @@ def test_search_writes_results_and_resumes_after_a_kill(demo_store):
     best = store.read_json("kernels/cpu/demo/row_sum/best.json")
     assert best["candidate"] == outcome.best_id
     # a finished search is not redone
-    again = search_op(ref, data, store, "resume", "cpu", [CPU], [load_generator("tune")], config)
+    again = search_op(ref, data, SearchContext(store, "resume", "cpu", [CPU], [load_generator("tune")], config))
     assert again.submitted == 6 and again.best_id == outcome.best_id
 
 
@@ -139,7 +142,8 @@ def test_best_py_is_self_contained_and_importable(demo_store, tmp_path, monkeypa
     store, refs = demo_store
     data = load_reference(store, "demo", "vector_add_scale")
     config = SearchConfig(max_tasks=3, max_concurrent=2, chunk_size=3, generators=("tune",))
-    out = search_op(refs["vector_add_scale"], data, store, "importable", "cpu", [CPU], [load_generator("tune")], config)
+    ctx = SearchContext(store, "importable", "cpu", [CPU], [load_generator("tune")], config)
+    out = search_op(refs["vector_add_scale"], data, ctx)
     assert out.status == "succeeded"
     path = tmp_path / "best.py"
     path.write_bytes(store.get_bytes("kernels/cpu/demo/vector_add_scale/best.py"))
@@ -179,8 +183,8 @@ class Silent(Generator):
 def test_zero_passing_kernels_is_reported_apart_from_success(demo_store):
     store, refs = demo_store
     data = load_reference(store, "demo", "row_sum")
-    out = search_op(refs["row_sum"], data, store, "zero", "cpu", [CPU], [Broken(), Silent()],
-                    SearchConfig(max_tasks=4, max_concurrent=1))
+    out = search_op(refs["row_sum"], data, SearchContext(store, "zero", "cpu", [CPU], [Broken(), Silent()],
+                                                         SearchConfig(max_tasks=4, max_concurrent=1)))
     assert out.status == "zero_pass" and out.stop_reason == "no_passing_parent" and out.submitted == 1
     # every generator of the tier is named: how its candidates failed, or why it gave no seed
     assert out.error.startswith("no passing kernel: broken: 1 of 1 failed: cheat 1 (not a Triton kernel")
@@ -195,15 +199,16 @@ def test_batch_ledger_skips_done_and_errors(demo_store, tmp_path):
     missing = find_tasks(load_settings()[0], ["demo"], ["swiglu"])[0]  # no reference data stored for it
     config = SearchConfig(max_tasks=2, max_concurrent=1, generators=("tune",))
     gens = [load_generator("tune")]
-    rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config)
+    ctx = SearchContext(store, "batch", "cpu", [CPU], gens, config)
+    rows = search_batch([refs["row_sum"], missing], ctx)
     assert [r["status"] for r in rows] == ["succeeded", "failed"]
     assert "no reference data" in rows[1]["error"]
     entries = ledger.read(store, "batch")
     assert entries["demo/row_sum"]["status"] == "done" and entries["demo/swiglu"]["status"] == "error"
-    rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config)
+    rows = search_batch([refs["row_sum"], missing], ctx)
     assert summarize(rows) == {"total": 2, "succeeded": 0, "zero_pass": 0, "failed": 0, "skipped": 2,
                                "no_unseen_inputs": 0, "retired": 0}
-    rows = search_batch([refs["row_sum"], missing], store, "batch", "cpu", [CPU], gens, config, retry_errors=True)
+    rows = search_batch([refs["row_sum"], missing], ctx, retry_errors=True)
     assert [r["status"] for r in rows] == ["skipped", "failed"]
 
 
@@ -216,11 +221,12 @@ def test_interrupted_batch_leaves_a_consistent_ledger(demo_store):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        search_batch([refs["vector_add_scale"]], store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config,
-                     on_event=interrupt)
+        search_batch([refs["vector_add_scale"]], SearchContext(store, "ctrlc", "cpu", [CPU], [load_generator("tune")],
+                                                               config, on_event=interrupt))
     # marked interrupted, not done: its checkpoint lets the next run resume it
     assert {k: v["status"] for k, v in ledger.read(store, "ctrlc").items()} == {"demo/vector_add_scale": "interrupted"}
-    rows = search_batch([refs["vector_add_scale"]], store, "ctrlc", "cpu", [CPU], [load_generator("tune")], config)
+    rows = search_batch([refs["vector_add_scale"]], SearchContext(store, "ctrlc", "cpu", [CPU], [load_generator("tune")],
+                                                                  config))
     assert rows[0]["status"] == "succeeded" and rows[0]["submitted"] == 3
     assert ledger.read(store, "ctrlc")["demo/vector_add_scale"]["status"] == "done"
 
@@ -249,8 +255,8 @@ def test_step_runs_bounded_chunks_until_done(demo_store):
     calls, outcome = 0, None
     while outcome is None:
         calls += 1
-        outcome = OpSearch(refs["row_sum"], data, store, "steps", "cpu", [CPU], [load_generator("tune")],
-                           config).step(max_chunks=1)
+        ctx = SearchContext(store, "steps", "cpu", [CPU], [load_generator("tune")], config)
+        outcome = OpSearch(refs["row_sum"], data, ctx).step(max_chunks=1)
         assert calls < 6
     assert outcome.submitted == 4 and calls == 2  # one chunk per step; the second also finishes
 
@@ -264,18 +270,19 @@ def test_the_searchs_cache_flush_reaches_its_evaluators(demo_store):
     data = load_reference(store, "demo", "row_sum")
     seen = []
 
-    def factory(ref, data, spec, settings):
+    def factory(ref, data, spec, settings, config):
         seen.append(settings)
-        return Evaluator(ref, data, spec, settings)
+        return Evaluator(ref, data, spec, settings, config)
 
-    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False,
-                          flush="clean")
-    outcome = OpSearch(refs["row_sum"], data, store, "flush", "cpu", [CPU], [load_generator("tune")], config,
-                       evaluator_factory=factory).run()
+    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False)
+    ctx = SearchContext(store, "flush", "cpu", [CPU], [load_generator("tune")], config, EvalOptions(flush="clean"),
+                        evaluator_factory=factory)
+    outcome = OpSearch(refs["row_sum"], data, ctx).run()
     assert outcome.passed >= 1  # the timing options travel through the runner (cpu: nothing to flush)
     assert [s.timing["flush"] for s in seen] == ["clean"]
-    default = OpSearch(refs["row_sum"], data, store, "flush2", "cpu", [CPU], [], SearchConfig())
-    assert default._eval_settings(CPU) is None  # write, as do_bench: the evaluator's defaults
+    assert store.read_json("runs/flush/demo/row_sum/state.json")["config"]["flush"] == "clean"  # recorded as before
+    # write, as do_bench: the evaluator's defaults
+    assert EvalOptions().settings_for(CPU) == EvalSettings.for_device(CPU)
 
 
 def test_unknown_flush_is_a_clear_error(cli):
@@ -292,15 +299,32 @@ def test_unknown_timing_mode_is_a_clear_error(cli):
 
 
 class ScriptedEvaluator:
-    """Answers like Evaluator: every candidate passes at a fixed time; `confirm` returns the
-    re-timing the test scripts (ratios of interleaved rounds against the Model)."""
+    """Answers what a search asks of an evaluator (farm.search.context.SearchEvaluator): every
+    candidate passes at a fixed time; `confirm` returns the re-timing the test scripts (ratios of
+    interleaved rounds against the Model)."""
 
     def __init__(self, spec, ratios, model_runs=True):
         from farm.evaluate import speedup
 
         self.spec, self.ratios, self.runs = spec, ratios, model_runs
+        self.settings = EvalSettings.for_device(spec)
         self.summary = speedup.summarize(ratios) if model_runs else None
         self.confirmed = []
+
+    def fixed_costs(self):
+        return {"cases": None, "baseline": {"model_ms": 0.02, "reference_ms": 0.03}}
+
+    def adopt(self, fixed):
+        pass
+
+    def verification(self):
+        return {"by": "reference", "sets": 2}
+
+    def device_info(self):
+        return {"name": "scripted"}
+
+    def compile_ahead(self, specs, size, target):
+        raise AssertionError("no compile-ahead in these tests")
 
     def evaluate(self, source, name="", bar=None):
         from farm.evaluate.evaluator import EvalResult
@@ -309,9 +333,6 @@ class ScriptedEvaluator:
                   "mode": "graph", "mode_reason": "scripted", "op_mode": "graph", "flush": "none", "graph_calls": 100}
         return EvalResult(verdict="pass", timing=timing, speedup_vs_model=5.0, speedup_vs_reference=6.0,
                           comparison={"op_mode": "graph"}, limit={"limit_ms": 0.002, "fraction": 0.5})
-
-    def baseline(self):
-        return {"model_ms": 0.02, "reference_ms": 0.03}
 
     def confirm(self, source, name=""):
         self.confirmed.append(name)
@@ -340,14 +361,14 @@ def test_promotion_rests_on_the_fresh_re_timing_against_the_model(demo_store, ra
     data = load_reference(store, "demo", "row_sum")
     made = []
 
-    def factory(ref, data, spec, settings):
+    def factory(ref, data, spec, settings, config):
         made.append(ScriptedEvaluator(spec, ratios, model_runs))
         return made[-1]
 
     run = f"promo-{len(ratios)}-{int(sum(ratios) * 100)}-{model_runs}"
-    outcome = OpSearch(refs["row_sum"], data, store, run, "cpu", [CPU], [load_generator("tune")],
-                       SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",),
-                                    early_stop=False), evaluator_factory=factory).run(force=True)
+    config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False)
+    ctx = SearchContext(store, run, "cpu", [CPU], [load_generator("tune")], config, evaluator_factory=factory)
+    outcome = OpSearch(refs["row_sum"], data, ctx).run(force=True)
     assert made[0].confirmed == [f"{outcome.best_id}-confirm"]  # the best, once, in a fresh runner
     assert outcome.promoted is promoted and why in outcome.promotion
     report = load_report(store, run, "demo", "row_sum")
@@ -383,11 +404,12 @@ def test_a_search_stops_within_1_1x_of_its_physical_limit(demo_store):
         return lambda *a: Near(CPU, [1.3, 1.3])
 
     config = SearchConfig(max_tasks=3, max_concurrent=1, chunk_size=1, generators=("tune",))
-    done = OpSearch(refs["row_sum"], data, store, "limit1", "cpu", [CPU], [load_generator("tune")], config,
-                    evaluator_factory=near(0.004 / 1.05)).run(force=True)
+    def ctx(run, limit_ms):
+        return SearchContext(store, run, "cpu", [CPU], [load_generator("tune")], config, evaluator_factory=near(limit_ms))
+
+    done = OpSearch(refs["row_sum"], data, ctx("limit1", 0.004 / 1.05)).run(force=True)
     assert done.stop_reason == "at_limit" and done.submitted == 1
-    going = OpSearch(refs["row_sum"], data, store, "limit2", "cpu", [CPU], [load_generator("tune")], config,
-                     evaluator_factory=near(0.004 / 1.2)).run(force=True)
+    going = OpSearch(refs["row_sum"], data, ctx("limit2", 0.004 / 1.2)).run(force=True)
     assert going.stop_reason == "budget" and going.submitted == 3
 
 
@@ -406,15 +428,13 @@ def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_
             return super().evaluate(source, name)
 
     config = SearchConfig(max_tasks=3, max_concurrent=1, chunk_size=3, generators=("tune",), early_stop=False)
-    OpSearch(refs["row_sum"], data, store, "bar", "cpu", [CPU], [load_generator("tune")], config,
-             evaluator_factory=lambda *a: Recording(CPU, [1.3, 1.3])).run(force=True)
+    OpSearch(refs["row_sum"], data, SearchContext(store, "bar", "cpu", [CPU], [load_generator("tune")], config,
+                                                  evaluator_factory=lambda *a: Recording(CPU, [1.3, 1.3]))).run(force=True)
     assert bars == [None, 5.0, 5.0]  # nothing to beat, then the first candidate's 5.0x
-    default = OpSearch(refs["row_sum"], data, store, "bar2", "cpu", [CPU], [], SearchConfig())
-    assert default._eval_settings(CPU) is None  # the evaluator's own: economy on
-    assert EvalSettings().per_call_budget_ms and EvalSettings().out_of_running
-    full = OpSearch(refs["row_sum"], data, store, "bar3", "cpu", [CPU], [], SearchConfig(full_timing=True))
-    settings = full._eval_settings(CPU)
-    assert settings.per_call_budget_ms is None and settings.out_of_running is None
+    default = EvalOptions().settings_for(CPU)  # the evaluator's own: economy on
+    assert default.per_call_budget_ms and default.out_of_running
+    full = EvalOptions(full_timing=True).settings_for(CPU)
+    assert full.per_call_budget_ms is None and full.out_of_running is None
 
 
 def _promoted(store, how: dict, time_ms: float) -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 from farm.errors import FarmError
 from farm.search.batch import search_batch
-from farm.search.controller import SearchConfig
+from farm.search.context import SearchConfig, SearchContext
 from farm.storage import locks, open_store
 from farm.storage.base import dump_json
 from farm.targets import resolve_device
@@ -96,8 +96,8 @@ def test_a_batch_on_a_run_being_written_fails_clearly(tmp_path):
     cpu = resolve_device("cpu")
     with locks.held(store, KEY, "run r"):
         with pytest.raises(FarmError, match=rf"run r is being written by another process \(run r by pid {os.getpid()}"):
-            search_batch([], store, "r", "cpu", [cpu], [], SearchConfig())
-    search_batch([], store, "r", "cpu", [cpu], [], SearchConfig())  # free again
+            search_batch([], SearchContext(store, "r", "cpu", [cpu], [], SearchConfig()))
+    search_batch([], SearchContext(store, "r", "cpu", [cpu], [], SearchConfig()))  # free again
 
 
 def test_a_live_pid_with_a_stopped_heartbeat_is_stale(tmp_path):  # the holder's pid reused by another process
