@@ -365,14 +365,13 @@ def _flatten_file(data: Any, path: Path, known: dict[str, Leaf], prefix: str = "
     return out
 
 
-_CURRENT: Settings | None = None
-
-
-def current_settings() -> Settings:
-    """The settings this process last loaded from its own environment (a CLI command's, with
-    its --config and --set; a worker's), else the environment's and the default file's. For
-    what applies process-wide: the sandbox policy, the secrets to mask."""
-    return _CURRENT if _CURRENT is not None else load_settings()[0]
+def environment_settings() -> Settings:
+    """The settings of this process's environment and config file, without a command's --config
+    or --set: what a library caller that passes none gets (an evaluator, a search). Read afresh
+    each time and kept nowhere, so that what one command loaded never reaches a later call (a
+    process-wide "current settings" once left every later evaluator of a test session without
+    its sandbox after one `--set evaluator.sandbox=off`)."""
+    return load_settings()[0]
 
 
 def load_settings(
@@ -422,9 +421,6 @@ def load_settings(
 
     settings = _build(Settings, values)
     settings._said = said  # type: ignore[attr-defined]
-    if env is os.environ:
-        global _CURRENT
-        _CURRENT = settings
     return settings, origin
 
 

@@ -26,12 +26,6 @@ def clean_env(monkeypatch, tmp_path):
     # where farm.corpus.modes remembers Reference trials: per test, so each test tries afresh
     monkeypatch.setenv("FARM_CACHE_DIR", str(tmp_path / "farm-cache"))
     monkeypatch.chdir(tmp_path)
-    # the settings an in-process CLI call loaded last (farm.config.current_settings: the sandbox
-    # policy among them) must not outlive its test: `--set evaluator.sandbox=off` in one test
-    # once left every later Evaluator of the session without its boundary
-    from farm import config
-
-    monkeypatch.setattr(config, "_CURRENT", None)
 
 
 @pytest.fixture

@@ -71,6 +71,22 @@ def test_config_show_masks_secrets_and_names_sources(cli, monkeypatch, tmp_path)
     assert rows["reference.seed"] == {**rows["reference.seed"], "value": 4, "source": "command line"}
 
 
+def test_settings_one_command_loads_never_reach_a_later_call(cli, tmp_path):
+    """Settings are passed, never kept for the process: a process-wide "current settings" once
+    let one test's `--set evaluator.sandbox=off` switch the sandbox off for every later one."""
+    from farm.config import environment_settings
+
+    off = tmp_path / "off.yaml"
+    off.write_text("evaluator:\n  sandbox: 'off'\n  cases: 1\n")
+    first, _ = load_settings(off)
+    second, _ = load_settings(sets={"evaluator.cases": "2"})
+    assert (first.evaluator.sandbox, first.evaluator.cases) == ("off", 1)
+    assert (second.evaluator.sandbox, second.evaluator.cases) == ("auto", 2)
+    assert cli("--config", off, "--set", "evaluator.require_sandbox=1", "config", "show").exit_code == 0
+    later = environment_settings()  # what a library caller that passes no settings gets
+    assert (later.evaluator.sandbox, later.evaluator.cases, later.evaluator.require_sandbox) == ("auto", -1, False)
+
+
 def test_config_show_table_and_bad_file_exit_code(cli, tmp_path):
     assert "reference.seed" in cli("config", "show").stdout
     bad = tmp_path / "x.yaml"

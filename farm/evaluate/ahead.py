@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from farm.config import current_settings
 from farm.evaluate import quiet, static_checks
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.pool import RunnerPool
@@ -36,10 +35,8 @@ from farm.targets import DeviceSpec
 AUTO_MAX = 4  # compile-ahead runners per search at most, by default
 
 
-def pool_size(requested: int | None, spec: DeviceSpec) -> int:
-    """Runners to keep: `requested` (None: evaluator.compile_workers; -1: automatic)."""
-    if requested is None:
-        requested = current_settings().evaluator.compile_workers
+def pool_size(requested: int, spec: DeviceSpec) -> int:
+    """Runners to keep: `requested` (evaluator.compile_workers or --compile-workers; -1: automatic)."""
     if requested >= 0:
         return requested
     if spec.target.interpret:
@@ -59,8 +56,8 @@ class CompileAhead:
                  prime: Callable[[Sandbox], None] | None = None, secrets: list[str] | None = None):
         self.limits = limits
         self.init_inputs, self.inputs = init_inputs, inputs
-        # masked in what a verdict says: the evaluator's (farm.masking)
-        self.secrets = secret_values(current_settings()) if secrets is None else secrets
+        # masked in what a verdict says: the evaluator's (its settings' and the environment's), else the environment's
+        self.secrets = secret_values() if secrets is None else secrets
         self.boundary = boundary
         self.configure = configure
 

@@ -67,15 +67,11 @@ class Boundary:
 _WARNED: set[str] = set()
 
 
-def current(mode: str | None = None, require: bool | None = None) -> Boundary:
-    """The boundary runners get under evaluator.sandbox (or `mode`, auto or off); raises where
-    evaluator.require_sandbox (or `require`) holds and none can be set up. The first time none
-    can be, says so in the log (once per process and reason)."""
-    from farm.config import current_settings
-
-    cfg = current_settings().evaluator
-    mode = mode or cfg.sandbox
-    require = cfg.require_sandbox if require is None else require
+def current(mode: str = "auto", require: bool = False) -> Boundary:
+    """The boundary runners get under `mode` (evaluator.sandbox: auto or off); raises where
+    `require` (evaluator.require_sandbox) holds and none can be set up. The caller passes its
+    own settings' values: nothing here reads a process-wide setting. The first time none can
+    be set up, says so in the log (once per process and reason)."""
     if mode not in MODES:
         raise FarmError(f"evaluator.sandbox must be one of {', '.join(MODES)}, not {mode!r}")
     found = Boundary("none", "turned off (evaluator.sandbox=off)") if mode == "off" else probe()

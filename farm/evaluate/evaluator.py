@@ -42,7 +42,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from farm.config import Settings, current_settings
+from farm.config import Settings, environment_settings
 from farm.corpus import modes
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
@@ -119,12 +119,12 @@ class Evaluator(TrustedSide, Comparison):
     """Evaluates candidates for one task on one device. Holds both runners, the .pt, the
     secret fresh-seed cases and the baselines, so each candidate costs only its own runs.
     `config`: the command's settings (the sandbox policy, the cases, the secrets to mask);
-    None: the settings this process loaded last (farm.config.current_settings)."""
+    None: the environment's and the config file's (farm.config.environment_settings)."""
 
     def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, spec: DeviceSpec,
                  settings: EvalSettings | None = None, config: Settings | None = None):
         self.settings = settings or EvalSettings.for_device(spec)
-        self.config = config if config is not None else current_settings()
+        self.config = config if config is not None else environment_settings()
         # a compact .pt (a KernelBench-sized op) is verified at the largest shapes that ship in full
         task_ref, ref_data = fitted(task_ref, ref_data, spec, self.settings.limits.compile_s * 4)
         self.ref = task_ref

@@ -4,7 +4,8 @@ parameters passed through every layer. Per op, a batch derives its own with
 `dataclasses.replace` (its share of the budget, its cancel event).
 
 `settings` are the command's own (its --config and --set; a worker's environment): the
-evaluators read their sandbox policy, cases and secrets from there. `evaluator_factory` builds one evaluator per device; a benchmark that replays
+evaluators read their sandbox policy, cases and secrets from there, never from a process-wide
+"current" copy. `evaluator_factory` builds one evaluator per device; a benchmark that replays
 recorded timings passes its own, which answers what `SearchEvaluator` lists.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from farm.config import Settings, current_settings
+from farm.config import Settings, environment_settings
 from farm.evaluate.options import EvalOptions
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class SearchContext:
     generators: tuple[Generator, ...]
     config: SearchConfig
     evaluation: EvalOptions = field(default_factory=EvalOptions)  # what the evaluators are asked
-    settings: Settings = field(default_factory=current_settings)
+    settings: Settings = field(default_factory=environment_settings)
     on_event: Callable[[str, dict], None] | None = None  # ("candidate" | "chunk" | "confirm", details)
     cancel: threading.Event | None = None  # set: stop at the next candidate, checkpoint kept (an interrupted batch)
     # (task_ref, ref_data, spec, EvalSettings, Settings) -> an evaluator

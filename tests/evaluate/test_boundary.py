@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from farm import config
 from farm.config import Settings
 from farm.errors import FarmError
 from farm.evaluate import boundary
@@ -73,11 +72,11 @@ def no_static_checks(monkeypatch):
     monkeypatch.setattr("farm.evaluate.evaluator.static_checks.static_verdict", lambda source: ("", ""))
 
 
-def evaluator(refs, sandbox: str) -> Evaluator:  # noqa: F811
+def evaluator(refs, sandbox: str | None, config: Settings | None = None) -> Evaluator:  # noqa: F811
     settings = EvalSettings.for_device(CPU)
     settings.limits = LIMITS
     settings.sandbox = sandbox
-    return Evaluator(refs.task, refs.data, CPU, settings)
+    return Evaluator(refs.task, refs.data, CPU, settings, config)
 
 
 def attack(body: str) -> str:
@@ -220,12 +219,24 @@ def test_required_sandbox_that_cannot_be_set_up_is_an_error(refs, monkeypatch): 
     monkeypatch.setattr(boundary, "probe", lambda: boundary.Boundary("none", "no namespaces in this test"))
     required = Settings()
     required.evaluator.require_sandbox = True
-    monkeypatch.setattr(config, "_CURRENT", required)
     with pytest.raises(FarmError, match="evaluator.require_sandbox.*no namespaces in this test"):
-        evaluator(refs, None)
-    monkeypatch.setattr(config, "_CURRENT", Settings())  # not required: runs, and says so
-    with evaluator(refs, None) as ev:
+        evaluator(refs, None, required)
+    with evaluator(refs, None, Settings()) as ev:  # not required: runs, and says so
         assert ev.boundary.kind == "none"
+
+
+def test_one_evaluators_sandbox_setting_never_reaches_another(refs, cli, monkeypatch):  # noqa: F811
+    """Each evaluator takes the settings it is given: one built under evaluator.sandbox=off, or a
+    command run with --set evaluator.sandbox=off, leaves the next evaluator its boundary."""
+    monkeypatch.setattr(boundary, "probe", lambda: boundary.Boundary("bwrap"))  # as where bubblewrap works
+    off = Settings()
+    off.evaluator.sandbox = "off"
+    with evaluator(refs, None, off) as ev:
+        assert ev.boundary.kind == "none" and "evaluator.sandbox=off" in ev.boundary.why
+    assert cli("--set", "evaluator.sandbox=off", "config", "show").exit_code == 0
+    for config in (Settings(), None):  # given, or none given (the environment's and config file's)
+        with evaluator(refs, None, config) as ev:
+            assert ev.boundary.kind == "bwrap"
 
 
 def test_farm_worker_requires_the_sandbox_by_default(cli, monkeypatch):
