@@ -302,7 +302,7 @@ def run(args) -> None:
                                 "error": f"reference: {str(m.get('error'))[-300:]}"})
     todo = [r for r in refs if (r.source, r.op) in ok]
     by_key = {r.key: r for r in todo}
-    gens = make_generators(DEFAULT_CHAIN, False, spec.target.interpret)
+    gens = make_generators(DEFAULT_CHAIN, None, spec.target.interpret)
     config = SearchConfig(max_tasks=args.max_tasks, max_concurrent=1, generators=tuple(g.name for g in gens),
                           time_budget_s=args.op_time_s)
 

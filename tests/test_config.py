@@ -87,6 +87,21 @@ def test_settings_one_command_loads_never_reach_a_later_call(cli, tmp_path):
     assert (later.evaluator.sandbox, later.evaluator.cases, later.evaluator.require_sandbox) == ("auto", -1, False)
 
 
+def test_the_llm_generator_is_built_from_the_commands_settings():
+    """`farm search --set llm.base_url=... --set llm.model=...`: the generator gets the command's
+    settings (it read the environment's alone, and asked for the --set it had been given)."""
+    from farm.cli.search import make_generators
+    from farm.generators import DEFAULT_CHAIN
+
+    s, _ = load_settings(sets={"llm.base_url": "http://127.0.0.1:9/v1", "llm.model": "served", "llm.max_retries": "0"})
+    gens = make_generators(DEFAULT_CHAIN, s)
+    llm = gens[-1]
+    assert llm.name == "llm" and llm.tier == 1  # the default chain's last tier, where an endpoint is set
+    assert llm.client.endpoint.startswith("http://127.0.0.1:9/v1") and llm.client.model == "served"
+    assert llm.client.max_retries == 0
+    assert [g.name for g in make_generators(DEFAULT_CHAIN, load_settings()[0])] == DEFAULT_CHAIN.split(",")
+
+
 def test_config_show_table_and_bad_file_exit_code(cli, tmp_path):
     assert "reference.seed" in cli("config", "show").stdout
     bad = tmp_path / "x.yaml"

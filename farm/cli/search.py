@@ -31,7 +31,7 @@ from farm.cli.common import (
     table,
     use_frontend_setting,
 )
-from farm.config import SEED_MAX
+from farm.config import SEED_MAX, Settings
 from farm.corpus import tasks as corpus
 from farm.corpus.tasks import validate_name
 from farm.errors import EXIT_FAILED, FarmError
@@ -79,25 +79,35 @@ def stand_in_notice(text: str) -> None:
     say(text, style="yellow")
 
 
-def make_generators(names: str, llm_configured: bool = False, interpreted: bool = False) -> list:
+def make_generators(names: str, s: Settings | None = None, interpreted: bool = False) -> list:
     """--generators: names separated by ',' within a tier and '>' between tiers (a later tier
     seeds only ops that the earlier ones could not). The default chain puts inductor after
     tune and port on an interpreted target, and gets '>llm' when an LLM endpoint is
-    configured (llm.base_url)."""
+    configured (llm.base_url of `s`, the command's settings: the llm generator is given them,
+    with the command's --config and --set)."""
     if names == DEFAULT_CHAIN:
-        names = (INTERPRETED_CHAIN if interpreted else DEFAULT_CHAIN) + (">llm" if llm_configured else "")
+        names = (INTERPRETED_CHAIN if interpreted else DEFAULT_CHAIN) + (">llm" if s and s.llm.base_url else "")
     out = []
     for tier, group in enumerate(names.split(">")):
         chosen = [n.strip() for n in group.split(",") if n.strip()]
         if not chosen:
             raise FarmError(f"--generators {names!r}: an empty tier (use names separated by ',' and '>')")
         for name in chosen:
-            gen = load_generator(name)
+            gen = load_generator(name, **_configured(name, s))
             gen.tier = tier
             out.append(gen)
     if len({g.name for g in out}) != len(out):
         raise FarmError(f"--generators {names!r} names a generator twice")
     return out
+
+
+def _configured(name: str, s: Settings | None) -> dict:
+    """A generator's options from the command's settings (the llm one's endpoint and model)."""
+    if name != "llm" or s is None:
+        return {}
+    from farm.generators.llm.generator import OPTIONS
+
+    return {key: getattr(s.llm, key) for key in OPTIONS}
 
 
 @handle_errors
@@ -141,7 +151,7 @@ def search(
     s = settings(ctx, {"store": store})
     use_frontend_setting(s)
     specs = parse_devices(target, devices)
-    gens = make_generators(generators, bool(s.llm.base_url), specs[0].target.interpret)
+    gens = make_generators(generators, s, specs[0].target.interpret)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=max_concurrent, chunk_size=chunk, seed=seed,
                           generators=tuple(g.name for g in gens))
     evaluation = EvalOptions(flush=check_flush(flush), profile=profiles.get(profile).name,
@@ -437,7 +447,7 @@ def run_local(
     spec = usable_device(target, default_target="cuda", option="--target", notify=stand_in_notice)
     shapes = "small" if spec.target.interpret else "bench"
     # every option is checked before the reference stage: a typo costs no minutes of work
-    gens = make_generators(generators, bool(s.llm.base_url), spec.target.interpret)
+    gens = make_generators(generators, s, spec.target.interpret)
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens))
     evaluation = EvalOptions(profile=profiles.get(profile).name)
     sources = run_sources(source, ops)
