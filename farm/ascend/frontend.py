@@ -43,6 +43,7 @@ RESULT_CAP = 16 << 20  # bytes of a recording child's result file read back
 
 log = logging.getLogger(__name__)
 
+CHECK_NAME = "triton-ascend frontend check"  # how verdicts name this check (farm.evaluate.evaluator)
 TRITON_ASCEND = "triton-ascend==3.2.0"
 FRONTEND_PACKAGES = (TRITON_ASCEND, "pybind11", "numpy")  # triton-ascend imports both and declares neither
 SUPPORTED_PYTHONS = ("3.11", "3.10", "3.9")  # triton-ascend 3.2.0 wheels

@@ -33,7 +33,7 @@ from farm.reference import folder as refolder
 from farm.reference import manifest, seedsets
 from farm.reference.generate import load_pt
 from farm.storage import open_store
-from farm.targets import resolve_device, usable_device
+from farm.targets import available, resolve_device, usable_device
 
 
 @handle_errors
@@ -68,16 +68,12 @@ def eval_candidate(
                          option="--target" if device is None else "--device",
                          notify=lambda text: say(text, style="yellow"))
     settings_ = EvalSettings.for_device(spec, profile)  # every option checked before the .pt is read
-    if timing_method not in ("events", "npu-profiler"):
-        raise FarmError(f"unknown timing method '{timing_method}' (--timing): use events or npu-profiler")
-    if timing_method == "npu-profiler":
-        if spec.target.torch_device != "npu":
-            raise FarmError("--timing npu-profiler needs --target ascend on a host with an Ascend NPU")
-        settings_.timing["method"] = "npu_profiler"
+    _profiler(timing_method, spec, settings_)
     settings_.mode = check_mode(timing_mode)
     if check_flush(flush) != "write":
-        if timing_method == "npu-profiler":
-            raise FarmError("--flush clean does not go with --timing npu-profiler (its flush filter expects a write)")
+        if timing_method != "events":
+            raise FarmError(f"--flush clean does not go with --timing {timing_method} (its flush filter expects a "
+                            "write)")
         settings_.timing["flush"] = flush
     data = _reference_data(s, ref, ref_pt)
     if ref_pt:
@@ -91,6 +87,21 @@ def eval_candidate(
         _print(result, candidate, ref)
     if not result.passed:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _profiler(method: str, spec, settings_: EvalSettings) -> None:
+    """--timing: device events, or the device time of a target's profiler (Target.profiler:
+    ascend's npu-profiler), which only that target's own device has."""
+    owners = {t.profiler: t for t in available().values() if t.profiler}
+    if method != "events" and method not in owners:
+        raise FarmError(f"unknown timing method '{method}' (--timing): use {' or '.join(['events', *owners])}")
+    if method == "events":
+        return
+    if spec.target.profiler != method:
+        owner = owners[method]
+        raise FarmError(f"--timing {method} needs --target {owner.name} on a host with {owner.hardware or 'its device'}")
+    settings_.timing["method"] = method.replace("-", "_")
+
 
 
 def _task_ref(s, task: Path | None, source: str | None, op: str | None) -> corpus.TaskRef:

@@ -13,6 +13,7 @@ from farm import pyast
 from farm.ascend import lint as rules
 from farm.cli.common import JsonOption, err, handle_errors, out, print_json, settings, table
 from farm.errors import EXIT_FAILED, FarmError
+from farm.targets import get_target
 
 SEVERITY_STYLE = {"error": "[red]error[/]", "warning": "[yellow]warning[/]", "info": "[dim]info[/]"}
 
@@ -35,7 +36,7 @@ def lint(
     """Report what breaks (error) or hurts (warning) a kernel on the target; exit 1 if any error."""
     if target not in rules.TARGETS:
         raise FarmError(f"unknown lint target '{target}' (--target); known: {', '.join(rules.TARGETS)}")
-    if compile_ and target != "ascend":
+    if compile_ and get_target(target).frontend_check() is None:
         raise FarmError(f"--compile checks with triton-ascend: it needs --target ascend, not {target}")
     texts = {}
     for path in files:

@@ -172,9 +172,11 @@ class Supervisor:
         from farm.observe.worker_metrics import SupervisorCollector, serve
 
         self.metrics_dir = Path(tempfile.mkdtemp(prefix="farm-metrics-"))
+        target = self.specs[0].target
         try:
             server = serve(self.metrics_port, self.metrics_dir,
-                           [SupervisorCollector(self.states, self.specs[0].target)], addr=self.metrics_addr)
+                           [SupervisorCollector(self.states, target, get_target(target).device_monitor())],
+                           addr=self.metrics_addr)
         except OSError as exc:
             shutil.rmtree(self.metrics_dir, ignore_errors=True)
             raise FarmError(f"cannot serve metrics on port {self.metrics_port} (--metrics-port, metrics.port): "

@@ -1,5 +1,5 @@
 """Inside the candidate runner (farm.evaluate.sandbox_child): one round of an interleaved
-comparison (farm.evaluate.speedup) in either timing mode, the CUDA graphs it captures, and the
+comparison (farm.evaluate.speedup) in either timing mode, the device graphs it captures, and the
 device floor; plus how a failure is classified. Runs next to untrusted candidate code: the
 harness names it relies on are watched by sandbox_child._WATCHED."""
 
@@ -128,13 +128,14 @@ class RoundsMixin:
         return graph, last, bufs
 
     def device_limits(self) -> dict:
-        """Copy bandwidth and the empty kernel in each mode (trusted runner only)."""
-        if self.spec.target.name == "cpu":
+        """Copy bandwidth and the empty kernel in each mode (trusted runner only). None on an
+        interpreting target: its timings are the interpreter's (farm.evaluate.limits)."""
+        if self.spec.target.interpret:
             return {"ok": True, "limits": None}
         from farm.evaluate.floor import device_floor
 
         try:
-            modes = ("events", "graph") if self.spec.target.name == "cuda" else ("events",)
+            modes = ("events", "graph") if self.spec.target.graphs else ("events",)
             return {"ok": True, "limits": device_floor(self.timer, modes)}
         except BaseException:  # noqa: BLE001
             return {"ok": False, "kind": "runtime_error", "error": trim(traceback.format_exc())}

@@ -17,7 +17,6 @@ from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
 from farm.evaluate.sandbox import SandboxDied, close_all
 from farm.evaluate.timer import RoundClock
 from farm.evaluate.verifier import Case
-from farm.targets import DeviceSpec
 
 # device label -> its measured floor (farm.evaluate.floor), shared by the process's evaluators
 _FLOORS: dict[str, dict] = {}
@@ -123,7 +122,7 @@ class Comparison:
             keys = self._graph_keys()
             original = next((w for w in ("Model", "Reference") if slots.get(w) == ""), None)
             graph_ms, capture_error, calls = None, "", 0
-            if self.spec.target.name == "cuda" and self.settings.mode != "events" and original:
+            if self.spec.target.graphs and self.settings.mode != "events" and original:
                 per_call = self.baseline().get(f"{original.lower()}_ms") or 0.01
                 calls = timing.graph_calls_for(per_call, len(keys))
                 try:
@@ -137,7 +136,7 @@ class Comparison:
                 elif reply.ok:
                     graph_ms = sorted(reply["samples"])[len(reply["samples"]) // 2]
             per_call = self.baseline().get(f"{(original or 'model').lower()}_timing") or {}
-            mode, reason = timing.choose_mode(self.settings.mode, self.spec.target.name, graph_ms, capture_error,
+            mode, reason = timing.choose_mode(self.settings.mode, self.spec.target, graph_ms, capture_error,
                                               self.settings.graph_threshold_ms, per_call.get("host_bound", 0.0))
             if mode == "graph":
                 calls = timing.graph_calls_for(graph_ms or 0.01, len(keys))
@@ -262,7 +261,7 @@ class Comparison:
         (a baseline that cannot be captured is compared per call, in a second interleaved
         sequence of its own). `bar`: the op's best ratio against the Model so far."""
         rounds = rounds or self.settings.rounds
-        self._clock = RoundClock(lead_allowed=self.spec.target.name == "cuda")
+        self._clock = RoundClock(lead_allowed=self.spec.target.spins)
         self._swap_check = None
         self._cut = 0  # baseline rounds run before the candidate was found out of the running
         op = self.op_timing()
@@ -322,7 +321,8 @@ class Comparison:
 
     def _record_timing(self, result: EvalResult, samples: list[float], mode: str, reason: str, op: dict) -> None:
         """The compared figure, its mode and why; the per-call pass kept beside it, labelled."""
-        stats = timing.stats_of(samples, "cuda_graph" if mode == "graph" else _event_method(self.spec),
+        target = self.spec.target
+        stats = timing.stats_of(samples, target.graph_method if mode == "graph" else target.event_method,
                                 "rounds").as_dict()
         per_call = result.timing or {}
         result.timing = {**stats, "mode": mode, "mode_reason": reason, "op_mode": op["mode"],
@@ -451,7 +451,3 @@ class Comparison:
 
     def model_runs(self) -> bool:
         return self._baseline_slots().get("Model") == ""
-
-
-def _event_method(spec: DeviceSpec) -> str:
-    return {"cuda": "cuda_event", "ascend": "npu_event"}.get(spec.target.name, "host_clock")

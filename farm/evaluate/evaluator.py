@@ -80,11 +80,12 @@ class EvalSettings:
     fresh_seeds: int = 2
     timing: dict = field(default_factory=dict)  # options for farm.evaluate.timing.measure
     limits: Limits = field(default_factory=Limits)
-    # cuda: a call whose host time is this many times its event time (and 2 ms more) did
-    # work the events did not see
+    # where the target's events time only the device (Target.host_check: cuda): a call whose host
+    # time is this many times its event time (and 2 ms more) did work the events did not see
     unseen_work_ratio: float = 4.0
     sandbox: str | None = None  # auto or off; None: the evaluator's settings' evaluator.sandbox
-    # python of the triton-ascend virtualenv (farm.ascend.frontend); None: its default lookup
+    # python of the target's frontend check environment (triton-ascend's virtualenv,
+    # farm.ascend.frontend); None: its default lookup
     frontend_python: str | None = None
     profile: str = "farm"  # farm.evaluate.profiles: tolerances, trials, timing rules
     mode: str = "auto"  # timing mode of the comparison: auto, events or graph (farm.evaluate.timing)
@@ -285,12 +286,11 @@ class Evaluator(TrustedSide, Comparison):
                                                                    read_only=read_only)
 
     def _frontend(self, source: str, result: EvalResult) -> None:
-        """Compile every launch with the target's own Triton (triton-ascend, up to Linalg) before
-        any device time; a failure is the candidate's compile_error."""
-        if self.spec.target.frontend != "ascend":
+        """Compile every launch with the target's own Triton frontend (`Target.frontend_check`:
+        triton-ascend, up to Linalg) before any device time; a failure is the candidate's compile_error."""
+        frontend = self.spec.target.frontend_check()
+        if frontend is None:
             return
-        from farm.ascend import frontend
-
         t0 = time.monotonic()
         python = frontend.configured_python(self.settings.frontend_python)
         if python is None:
@@ -301,7 +301,7 @@ class Evaluator(TrustedSide, Comparison):
             report = frontend.check_source(python, source, "ModelNew", self.init_inputs, self.inputs,
                                            wrap=self._frontend_wrap())
         except FarmError as exc:  # the compiler died on this candidate's kernels
-            raise _Stop("compile_error", f"triton-ascend frontend check: {exc}") from None
+            raise _Stop("compile_error", f"{frontend.CHECK_NAME}: {exc}") from None
         result.frontend = {"ran": True, **report.as_dict()}
         result.stage_s["frontend"] = time.monotonic() - t0
         if not report.ok:

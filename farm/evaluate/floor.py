@@ -50,8 +50,9 @@ def peak_flops(timer: timing.DeviceTimer, dtype: str) -> float:
 def device_floor(timer: timing.DeviceTimer, modes: tuple[str, ...] = ("events", "graph")) -> dict:
     """{"copy_bw_bytes_s": ..., "empty_kernel_ms": {mode: ms}, "peak_flops": {dtype: FLOP/s}}
     for this runner's device (no peak where the target has no matmul worth the name: cpu)."""
+    target = timer.spec.target
     out = {"copy_bw_bytes_s": copy_bandwidth(timer), "empty_kernel_ms": {}, "peak_flops": {}}
-    if timer.kind == "cuda":
+    if target.compute_peaks:
         out["peak_flops"] = {dtype: peak_flops(timer, dtype) for dtype in PEAK_DTYPES}
     buf = timer._torch.empty(1, device=timer.spec.torch_device)
 
@@ -60,7 +61,7 @@ def device_floor(timer: timing.DeviceTimer, modes: tuple[str, ...] = ("events", 
 
     if "events" in modes:
         out["empty_kernel_ms"]["events"] = timing.measure(launch, timer, min_reps=20, budget_ms=100).median_ms
-    if "graph" in modes and timer.kind == "cuda":
+    if "graph" in modes and target.graphs:
         calls = 100
         graph = timing.capture_graph([launch] * calls, timer)
         out["empty_kernel_ms"]["graph"] = sorted(timing.graph_samples(graph, calls, 20, timer))[10]

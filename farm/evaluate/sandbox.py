@@ -48,10 +48,10 @@ from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
 
-# Variables a candidate child may see; everything else (AWS_*, FARM_*, API keys) is dropped.
+# Variables a candidate child may see, with those its target's driver reads (Target.driver_env:
+# CUDA_*, NVIDIA_*; ASCEND_*); everything else (AWS_*, FARM_*, API keys) is dropped.
 _ALLOWED_ENV = re.compile(
-    r"^(PATH|LANG|LC_[A-Z]+|TZ|PYTHONPATH|PYTHONHASHSEED|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PATH|"
-    r"CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|TRITON_[A-Z_]+|ASCEND_[A-Z_]+|ASCEND_HOME_PATH|TORCH_[A-Z_]+|"
+    r"^(PATH|LANG|LC_[A-Z]+|TZ|PYTHONPATH|PYTHONHASHSEED|LD_LIBRARY_PATH|TRITON_[A-Z_]+|TORCH_[A-Z_]+|"
     r"OMP_NUM_THREADS|MKL_NUM_THREADS|CC|CXX)$"
 )
 _SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -85,7 +85,9 @@ class SandboxDied(Exception):
 
 
 def candidate_env(spec: DeviceSpec, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if _ALLOWED_ENV.match(k) and not _SECRET_NAME.search(k)}
+    driver = spec.target.driver_env
+    env = {k: v for k, v in os.environ.items() if (_ALLOWED_ENV.match(k) or _named(k, driver))
+           and not _SECRET_NAME.search(k)}
     env.update(spec.child_env())
     env["HOME"] = str(home)
     # compiler caches of the runner's own, in its folder: no runner loads what another compiled
@@ -96,6 +98,11 @@ def candidate_env(spec: DeviceSpec, home: Path) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the farm package
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def _named(name: str, names: tuple[str, ...]) -> bool:
+    """`name` is one of `names`, or starts with one that ends in '_' (a prefix)."""
+    return any(name == n or (n.endswith("_") and name.startswith(n)) for n in names)
 
 
 _CACHE_VARS = {"TRITON_CACHE_DIR": ".triton/cache", "TORCHINDUCTOR_CACHE_DIR": ".inductor",

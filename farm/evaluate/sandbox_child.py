@@ -45,7 +45,7 @@ class LaunchLog:
         self.reset()
 
     ghost = False  # while True, launches are recorded but not executed (ghost replay)
-    capture_stream = None  # the harness's CUDA-graph capture stream: launches there are on the timed path
+    capture_stream = None  # the harness's graph capture stream: launches there are on the timed path
     compile_only = False  # while True, launches are compiled and not run (compile-ahead: RoundsMixin.warm)
 
     def reset(self) -> None:
@@ -61,10 +61,8 @@ class LaunchLog:
         self.names.add(getattr(fn, "__name__", type(kernel).__name__))
         if threading.get_ident() != self.main_thread:
             self.foreign_thread = True
-        if self.spec.target.name == "cuda":
-            current = torch.cuda.current_stream()
-            if current != torch.cuda.default_stream() and current != self.capture_stream:
-                self.side_stream = True
+        if self.spec.target.on_side_stream(self.capture_stream):
+            self.side_stream = True
 
     def summary(self) -> dict:
         return {"launches": self.count, "kernels": sorted(self.names), "side_stream": self.side_stream,
@@ -121,22 +119,11 @@ def _compile_only_autotune(log: LaunchLog) -> None:
 
 
 def device_info(spec: targets.DeviceSpec) -> dict:
+    """The pinned device as results record it: names, and the target's properties (SM count,
+    cores, memory) that generators and prompts read."""
     info: dict[str, Any] = {"target": spec.target.name, "label": spec.label, "name": targets.device_name(spec),
                             "device_timing": spec.target.device_timing}
-    if spec.target.name == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        info.update(sm_count=props.multi_processor_count, memory_bytes=props.total_memory,
-                    capability=f"{props.major}.{props.minor}")
-    elif spec.target.torch_device == "npu":
-        # triton-ascend reports cores through its driver (no SM count on NPUs). Unrun on hardware.
-        import triton
-
-        props = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())
-        info.update(num_aicore=props.get("num_aicore"), num_vectorcore=props.get("num_vectorcore"))
-    else:
-        import os
-
-        info.update(cores=os.cpu_count())
+    info.update(spec.target.properties())
     return info
 
 
@@ -158,8 +145,11 @@ class Runner(RoundsMixin, TrustedMixin):
         self.built: dict[tuple, torch.nn.Module] = {}  # the task's classes built here (child_trusted)
 
     def snapshot(self) -> None:
-        """What the harness relies on, as it is before any candidate runs."""
-        self.integrity = {name: _lookup(name) for name in _WATCHED}
+        """What the harness relies on, as it is before any candidate runs: its own functions
+        and the target's hooks it calls while timing."""
+        cls = type(self.spec.target)
+        hooks = [f"{cls.__module__}.{cls.__qualname__}.{hook}" for hook in _TARGET_HOOKS]
+        self.integrity = {name: _lookup(name) for name in (*_WATCHED, *hooks)}
 
     # ------------------------------------------------------------ loading
 
@@ -199,8 +189,7 @@ class Runner(RoundsMixin, TrustedMixin):
         self.module = None
         self.graphs = {k: v for k, v in self.graphs.items() if k[0] is not None}
         gc.collect()
-        if self.spec.target.name == "cuda":
-            torch.cuda.empty_cache()
+        self.spec.target.release_memory()
         return {"ok": True}
 
     # ------------------------------------------------------------ running
@@ -356,9 +345,9 @@ class Runner(RoundsMixin, TrustedMixin):
                 probe_ms = [t for t, k in zip(times, order) if k in probe_keys]
                 beside_ms = [t for i, (t, k) in enumerate(zip(times, order)) if i > 3 and k not in probe_keys]
             stats = timing.measure(call, self.timer, prepare=lambda i: select(keys[i % len(keys)]), **options).as_dict()
-            if method == "npu_profiler":  # Ascend only; see farm.evaluate.timing (not run on hardware)
-                stats.update(event_median_ms=stats["median_ms"], median_ms=timing.npu_profiler_ms(call, self.timer),
-                             method="npu_profiler")
+            if method != "events":  # the target's profiler (Target.profile_ms), as `farm eval --timing` named it
+                stats.update(event_median_ms=stats["median_ms"], median_ms=self.spec.target.profile_ms(call, self.timer),
+                             method=method)
             self.timer.synchronize()
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "kind": _kind(exc), "error": trim(traceback.format_exc())}
@@ -396,6 +385,9 @@ _WATCHED = ("time.perf_counter", "time.perf_counter_ns", "time.time", "time.mono
             "farm.evaluate.sandbox_child.Runner.time_round", "farm.evaluate.timing.graph_samples",
             "farm.evaluate.timing.capture_graph", "torch.cuda.CUDAGraph.replay",
             "farm.evaluate.timing.DeviceTimer.spin", "triton.runtime.jit.JITFunction.run")
+
+
+_TARGET_HOOKS = ("on_side_stream", "synchronize", "event_class", "spin", "capture_graph", "profile_ms")
 
 
 def _lookup(name: str) -> Any:
@@ -447,6 +439,17 @@ def _reply(sock, payload: dict) -> None:
     wire.send_frame(sock, wire.encode(payload))
 
 
+def start_runner(spec: targets.DeviceSpec, memory_fraction: float) -> Runner:
+    """The device's runtime and Triton driver (the target's), this process's share of device
+    memory, and a runner whose launch hook and harness snapshot are in place."""
+    targets.import_device_runtime(spec)
+    spec.target.limit_memory(memory_fraction)
+    runner = Runner(spec)
+    install_launch_hook(runner.launches)
+    runner.snapshot()
+    return runner
+
+
 def main(fd: int, device_label: str, memory_fraction: float) -> None:
     import socket
 
@@ -455,12 +458,7 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     try:
         spec = targets.resolve_device(device_label)
-        targets.import_device_runtime(spec)
-        if spec.target.name == "cuda":
-            torch.cuda.set_per_process_memory_fraction(memory_fraction, 0)
-        runner = Runner(spec)
-        install_launch_hook(runner.launches)
-        runner.snapshot()
+        runner = start_runner(spec, memory_fraction)
         # what is alive now (torch, triton, the harness) lives as long as the runner: out of the
         # collector's sight: a candidate's unload collects only what came after it
         gc.freeze()

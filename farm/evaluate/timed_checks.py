@@ -3,8 +3,9 @@
 The timing stage times forward on secret input sets; its reply is then held to this: every
 timed call launched Triton kernels on the timed stream from the calling thread, computed the
 verified answers, took measurable time, did not serve repeated inputs from a cache (probes on
-never-seen inputs, called inside the same batch) and, on CUDA, did no work the device events
-could not see. Each failure is a `cheat` verdict.
+never-seen inputs, called inside the same batch) and, where the target's events time only the
+device (`Target.host_check`: CUDA), did no work the device events could not see. Each failure
+is a `cheat` verdict.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from farm.runtime import compare
 
 # timed calls this much faster than calls on never-seen inputs were served from a cache (the
 # CPU interpreter's timings are noisier: a wider margin there)
-CACHE_SPEED_RATIO = {"cpu": 0.2}
+INTERPRETER_CACHE_SPEED_RATIO = 0.2
 DEFAULT_CACHE_SPEED_RATIO = 0.5
 # ...and only where a cache would save this much per call: first calls on new buffers of
 # microsecond kernels run measurably slower (page and TLB warm-up), which is not a cache
@@ -47,7 +48,7 @@ def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float,
     elif stats.get("probe_ms") and served_from_cache(stats, cache_ratio(target)):
         raise Stop("cheat", f"timed calls took {stats['median_ms']:.4f} ms but a call on unseen inputs "
                             f"{stats['probe_ms']:.4f} ms: repeated inputs are served from a cache")
-    if target.name == "cuda":
+    if target.host_check:
         host, dev = stats["host_median_ms"], stats["median_ms"]
         if unseen_work(host, dev, unseen_work_ratio) and recheck is not None:
             # the host clock also counts a stall of the host (a busy neighbour, a runner starting
@@ -69,7 +70,7 @@ def unseen_work(host_ms: float, device_ms: float, ratio: float) -> bool:
 
 def cache_ratio(target) -> float:
     # the interpreter (cpu, or a stand-in such as ascend:cpu) times noisily: its wider margin
-    return CACHE_SPEED_RATIO.get("cpu" if target.interpret else target.name, DEFAULT_CACHE_SPEED_RATIO)
+    return INTERPRETER_CACHE_SPEED_RATIO if target.interpret else DEFAULT_CACHE_SPEED_RATIO
 
 
 def served_from_cache(stats: dict, ratio: float) -> bool:

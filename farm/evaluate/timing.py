@@ -8,8 +8,10 @@ target relative standard error, a time budget or a count; the median ranks, the 
 it. Three host-clock calls show work the events did not see (a side stream, a thread).
 
 That is the `events` mode. For microsecond kernels a per-call figure times the host's launch
-path (`host_bound` says when), so the `graph` mode replays the calls in a CUDA graph, as serving
-does. On cpu the events are host clocks around the interpreter: they only order candidates.
+path (`host_bound` says when), so the `graph` mode replays the calls in a device graph (CUDA's),
+as serving does. On an interpreting target (cpu) the events are host clocks around the
+interpreter: they only order candidates. What a device can do is asked of its target
+(farm.targets.base: `spins`, `graphs`, `event_class`, `spin`, `capture_graph`, `profile_ms`).
 The figures behind each choice: docs/evaluator.md ("Timing").
 """
 
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from farm.errors import FarmError
-from farm.targets import DeviceSpec
+from farm.targets import DeviceSpec, Target
 
 # Bound once, when the runner starts and before any candidate runs: a candidate that replaces
 # time.perf_counter afterwards does not change the clock the harness reads.
@@ -91,13 +93,13 @@ class DeviceTimer:
         import torch
 
         self.spec = spec
-        self.kind = spec.target.name
         self._torch = torch
-        # the device's torch module and event class, bound now for the same reason as _perf_counter;
-        # an interpreting target (cpu) has real semantics but no device clock: it times on the host
-        module = None if spec.target.interpret else spec.target.device_module()
-        self._device = module
-        self._event_cls = getattr(module, "Event", None)
+        # the target's synchronisation, event class and spin kernel, bound now for the same reason
+        # as _perf_counter; an interpreting target (cpu) has real semantics but no device clock:
+        # it times on the host
+        self._synchronize = spec.target.synchronize
+        self._event_cls = spec.target.event_class()
+        self._spin = spec.target.spin if spec.target.spins and self._event_cls is not None else None
         self.flush_mode = check_flush(flush)
         self.batches = self.host_bound_batches = 0  # see host_bound()
         self.flush_buf = self._flush_sum = None
@@ -113,7 +115,7 @@ class DeviceTimer:
 
     @property
     def method(self) -> str:
-        return f"{self.spec.target.torch_device}_event" if self._event_cls is not None else "host_clock"
+        return self.spec.target.event_method if self._event_cls is not None else "host_clock"
 
     def event(self):
         if self._event_cls is not None:
@@ -121,8 +123,7 @@ class DeviceTimer:
         return _HostClock()
 
     def synchronize(self) -> None:
-        if self._device is not None:
-            self._device.synchronize()
+        self._synchronize()
 
     def flush(self) -> None:
         """Evict the cache before a timed call (step 2): write the buffer, or read it."""
@@ -193,22 +194,22 @@ class DeviceTimer:
         a 4.4 us kernel's calls measured 57 us, the host's launch latency, not the kernel
         (AKG sglang/_compute_pid, 2026-11-24). The lead is what the host took per call in the
         last batch, with a margin, less what the flush already covers; none on a quiet host."""
-        if self.kind != "cuda" or self._host_call_ms is None or self._event_cls is None:
+        if self._spin is None or self._host_call_ms is None:
             return 0.0
         if self._flush_ms is None:
             self._flush_ms = self._device_ms(self.flush) if self.flush_buf is not None else 0.0
         return min(MAX_LEAD_MS, max(0.0, LEAD_MARGIN * self._host_call_ms - self._flush_ms))
 
     def spin(self, ms: float) -> None:
-        """Keep the device busy for about `ms` (CUDA's spin kernel; a no-op elsewhere): the
-        launches queued behind it are in place before it ends."""
-        if ms <= 0 or self.kind != "cuda":
+        """Keep the device busy for about `ms` (the target's spin kernel, CUDA's; a no-op where it
+        has none): the launches queued behind it are in place before it ends."""
+        if ms <= 0 or self._spin is None:
             return
         if self._cycles_per_ms is None:
             cycles = 1_000_000
-            self._device_ms(lambda: self._torch.cuda._sleep(cycles))  # the first launch pays for loading
-            self._cycles_per_ms = cycles / max(1e-3, self._device_ms(lambda: self._torch.cuda._sleep(cycles)))
-        self._torch.cuda._sleep(int(ms * self._cycles_per_ms))
+            self._device_ms(lambda: self._spin(cycles))  # the first launch pays for loading
+            self._cycles_per_ms = cycles / max(1e-3, self._device_ms(lambda: self._spin(cycles)))
+        self._spin(int(ms * self._cycles_per_ms))
 
     def _device_ms(self, fn: Callable[[], object]) -> float:
         self.synchronize()
@@ -287,55 +288,6 @@ def measure(
     )
 
 
-# ---------------------------------------------------------------- Ascend: profiler device time
-#
-# Written from the torch_npu / triton-ascend documentation; NOT run on an NPU yet. Event timing
-# on Ascend includes a large host launch cost (~24 us per launch per triton-ascend#1675), so
-# the profiler's per-kernel device time is offered as an option: torch_npu.profiler writes
-# ASCEND_PROFILER_OUTPUT/op_statistic.csv, whose times are MICROSECONDS ("Total Time(us)").
-
-FLUSH_KERNEL_MARKERS = ("ZerosLike", "Zero", "Fill", "farm_flush")
-
-
-def parse_op_statistic(csv_text: str, active: int, exclude: tuple[str, ...] = FLUSH_KERNEL_MARKERS) -> float:
-    """Milliseconds of device time per call from op_statistic.csv: the ops that ran a multiple
-    of `active` times (once or more per call), minus the cache flush, divided by `active`."""
-    import csv
-    import io
-
-    total_us = 0.0
-    for row in csv.DictReader(io.StringIO(csv_text)):
-        name = row.get("OP Type") or row.get("Op Name") or ""
-        count = int(float(row.get("Count", "0") or 0))
-        if count == 0 or count % active or any(m.lower() in name.lower() for m in exclude):
-            continue
-        total_us += float(row["Total Time(us)"])
-    return total_us / active / 1000.0  # us -> ms
-
-
-def npu_profiler_ms(fn: Callable[[], object], timer: DeviceTimer, active: int = 50) -> float:
-    """Device time per call from torch_npu's profiler (untested on hardware: no NPU here)."""
-    import glob
-    import tempfile
-
-    import torch_npu
-
-    prof_dir = tempfile.mkdtemp(prefix="farm-npu-prof-")
-    schedule = torch_npu.profiler.schedule(wait=0, warmup=1, active=active, repeat=1)
-    with torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.NPU], schedule=schedule,
-                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(prof_dir)) as prof:
-        for _ in range(active + 1):
-            timer.flush()
-            fn()
-            prof.step()
-    timer.synchronize()
-    files = glob.glob(f"{prof_dir}/**/op_statistic.csv", recursive=True)
-    if not files:
-        raise RuntimeError(f"torch_npu profiler wrote no op_statistic.csv under {prof_dir}")
-    with open(files[0]) as f:
-        return parse_op_statistic(f.read(), active)
-
-
 # ---------------------------------------------------------------- timing modes
 #
 # "events": one flushed, event-timed call per repetition (the recipe above). For kernels of a
@@ -343,7 +295,7 @@ def npu_profiler_ms(fn: Callable[[], object], timer: DeviceTimer, active: int = 
 # flush, events and the forward's Python faster than the device runs the 256 MB flush (about
 # 90 us on an H100), or the start event fires on an idle device and the interval then holds
 # the forward's host time too. `host_bound` in the result says when that happened.
-# "graph": the calls captured once in a CUDA graph and replayed, as LLM serving runs these
+# "graph": the calls captured once in a device graph (CUDA's) and replayed, as LLM serving runs these
 # kernels (and as triton.testing.do_bench_cudagraph times them): no host work inside the
 # timed interval and no flush; input sets rotate inside the graph. Per-call time = replay
 # time / calls in the graph. A forward that synchronises with the host cannot be captured:
@@ -361,7 +313,7 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def choose_mode(requested: str, target: str, graph_ms: float | None = None, capture_error: str = "",
+def choose_mode(requested: str, target: Target, graph_ms: float | None = None, capture_error: str = "",
                 threshold_ms: float = GRAPH_THRESHOLD_MS, per_call_host_bound: float = 0.0) -> tuple[str, str]:
     """The op's timing mode and why, from the original's per-call time in a graph (None when
     it was not tried), why it could not be captured (empty when it could), and the share of
@@ -369,9 +321,9 @@ def choose_mode(requested: str, target: str, graph_ms: float | None = None, capt
     check_mode(requested)
     if requested == "events":
         return "events", "requested"
-    if target != "cuda":
-        why = "no CUDA graphs on this target" if target == "ascend" else "host clock on the cpu target"
-        return "events", f"{target}: {why}; timed per call"
+    if not target.graphs:
+        why = "host clock on the cpu target" if target.interpret else "no CUDA graphs on this target"
+        return "events", f"{target.name}: {why}; timed per call"
     if capture_error:
         return "events", f"not capturable ({capture_error}): timed per call"
     if requested == "graph":
@@ -396,7 +348,7 @@ def graph_calls_for(per_call_ms: float, sets: int, replay_ms: float = GRAPH_REPL
 
 
 class CaptureError(Exception):
-    """The forward could not be captured in a CUDA graph; `kind` says why (host_sync, ...)."""
+    """The forward could not be captured in a device graph; `kind` says why (host_sync, ...)."""
 
     def __init__(self, kind: str, detail: str):
         super().__init__(f"{kind}: {detail}")
@@ -411,32 +363,16 @@ def classify_capture_error(exc: BaseException) -> str:
 
 
 def capture_graph(calls: list[Callable[[], object]], timer: "DeviceTimer", on_stream=None):
-    """A CUDA graph of the given calls, in order. `on_stream(stream)` is told the capture
-    stream (the launch hook accepts launches on it). Raises CaptureError."""
-    torch = timer._torch
-    stream = torch.cuda.Stream()
-    if on_stream is not None:
-        on_stream(stream)
-    graph = torch.cuda.CUDAGraph()
+    """A device graph of the given calls, in order (the target's `capture_graph`). `on_stream(stream)`
+    is told the capture stream (the launch hook accepts launches on it). Raises CaptureError."""
     try:
-        # a side stream must see the calls once before capture (lazy init, allocator)
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for call in calls[: max(1, len(calls) // 8)]:
-                call()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            for call in calls:
-                call()
-        torch.cuda.synchronize()
+        return timer.spec.target.capture_graph(calls, on_stream)
     except BaseException as exc:  # noqa: BLE001 - whatever broke the capture, it is the verdict on capture
         raise CaptureError(classify_capture_error(exc), str(exc).strip().splitlines()[0][:300] if str(exc).strip()
                            else type(exc).__name__) from None
     finally:
         if on_stream is not None:
             on_stream(None)
-    return graph
 
 
 def graph_samples(graph, calls: int, n: int, timer: "DeviceTimer") -> list[float]:

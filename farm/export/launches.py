@@ -158,8 +158,7 @@ def record(kernel_file: str, pt_file: str, device: str) -> dict:
         inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in data["inputs"]]
         with torch.no_grad():
             result = model(*inputs)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        getattr(torch, torch.device(device).type).synchronize()  # torch.cuda's, or torch.cpu's no-op
     finally:
         recorder.uninstall()
     outputs = list(result) if isinstance(result, (list, tuple)) else [result]

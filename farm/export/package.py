@@ -189,7 +189,7 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
             "speedup_vs_model": (best_speedup(meta) or {}).get("speedup_vs_model"),
             "timing_mode": (best_speedup(meta) or {}).get("timing_mode"),
         }
-        if target == "cuda" and aot_mode != "off":
+        if _aot_c(target) and aot_mode != "off":
             kernels[target]["aot"] = _export_aot(out, source, op, best, data_file, pt_bytes, aot_mode, aot_arch)
     text = ref.path.read_text(errors="replace")
     doc = {"source": source, "op": op, "package_env": f"{pkg.upper()}_FORCE_FALLBACK",
@@ -226,6 +226,13 @@ def slower_rule(meta: dict, device: dict) -> list[dict]:
     if device.get("interpret"):
         return []
     return [{k: r.get(k) for k in ("label", "shape", "speedup")} for r in meta.get("slower_cases") or []]
+
+
+def _aot_c(target: str) -> bool:
+    """Whether Triton's AOT compiler makes C for the target's kernels (Target.aot_c: cuda)."""
+    from farm.targets import get_target
+
+    return get_target(target).aot_c
 
 
 def _device_of(target: str) -> dict:

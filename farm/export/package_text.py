@@ -8,6 +8,7 @@ from pathlib import Path
 
 from farm.evaluate import verified
 from farm.export.fetch import module_name
+from farm.targets import builtin_targets, known
 
 RUNTIME_FILE = Path(__file__).with_name("package_runtime.py")
 
@@ -22,11 +23,18 @@ FRESH_SEEDS = (1001, 1002)
 TRITON_MARKER = 'sys_platform == "linux" and (platform_machine == "x86_64" or platform_machine == "aarch64")'
 
 
+def _triton_distribution(target: str) -> str:
+    """Which distribution gives the target's `import triton` (Target.triton_distribution:
+    triton-ascend replaces triton); triton for a target not installed here."""
+    caps = known(target)
+    return caps.triton_distribution if caps else "triton"
+
+
 def pyproject(name: str, run: str | None, version: str, entries: list[dict]) -> str:
     # triton only where it has wheels (a macOS or Windows install gets the fallbacks);
     # numpy where a kernel runs in Triton's interpreter, which needs it
     deps = ['"torch"']
-    if any(t != "ascend" for e in entries for t in e["targets"]):
+    if any(_triton_distribution(t) == "triton" for e in entries for t in e["targets"]):
         deps.append(f"'triton; {TRITON_MARKER}'")
     if any(e.get("interpret") for e in entries):
         deps.append('"numpy"')
@@ -358,8 +366,9 @@ def op_doc(pkg: str, source: str, op: str, fn: str, cls: str, doc: dict) -> str:
              f"{cls}(*init_inputs)(*inputs)  # nn.Module", f"{mod}.explain(*inputs)      # what runs, and why", "```", "",
              "## Support", "", "| device | backend | status |", "|---|---|---|"]
     kernels = doc["kernels"]
-    rows = [("cuda", "cuda"), ("ascend", "npu"), ("cpu", "cpu")]
-    rows += [(t, k["device_type"]) for t, k in sorted(kernels.items()) if t not in ("cuda", "ascend", "cpu")]
+    builtin = builtin_targets()
+    rows = [(t.name, t.torch_device) for t in builtin]
+    rows += [(t, k["device_type"]) for t, k in sorted(kernels.items()) if t not in {b.name for b in builtin}]
     for target, device in rows:
         if target in kernels:
             k = kernels[target]
@@ -415,7 +424,7 @@ def op_doc(pkg: str, source: str, op: str, fn: str, cls: str, doc: dict) -> str:
         base = k.get("baseline") or {}
         flush = (k.get("config") or {}).get("flush", "write")
         mode = ("Triton's interpreter on the CPU: host clock; the figures say nothing about speed"
-                if target == "cpu" else
+                if k.get("interpret") else
                 f"device events, cache flush `{flush}` before each rep, median of reps, no CUDA graph")
         lines += [f"**{target}** ({mode}):", "", "| | median ms | min ms | reps | rel. std. error |", "|---|---|---|---|---|",
                   f"| kernel | {_f(k.get('time_ms'))} | {_f(t.get('min_ms'))} | {t.get('reps', '-')} | "
@@ -432,11 +441,13 @@ def op_doc(pkg: str, source: str, op: str, fn: str, cls: str, doc: dict) -> str:
         lines.append(k["command"])
     lines += [f"farm export --run {first.get('run')} --source {source} --op {op} --out DIR --name {pkg}",
               "pip install DIR && pytest DIR/tests", "```", "", "## Not run on hardware", ""]
-    never = [d for t, d in (("cuda", "CUDA GPUs"), ("ascend", "Ascend NPUs")) if t not in kernels]
+    never = [t.hardware for t in builtin if t.hardware and t.name not in kernels]
     if never:
         lines.append(f"- No kernel for {', '.join(never)}: these devices use the fallback; unverified there.")
-    if "cpu" in kernels:
-        lines.append("- The cpu kernel ran in Triton's interpreter only: semantics verified, no hardware timing.")
+    for target, k in sorted(kernels.items()):
+        if k.get("interpret"):
+            lines.append(f"- The {target} kernel ran in Triton's interpreter only: semantics verified, no hardware "
+                         "timing.")
     for target, k in sorted(kernels.items()):
         a = k.get("aot")
         if a:

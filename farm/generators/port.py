@@ -31,8 +31,9 @@ GPU_PROGRAMS_PER_SM = 4
 
 
 def port_context(ctx: Context) -> PortContext:
-    """Core counts for the target: Ascend's from the device (or A2 defaults); on cuda the SM count."""
-    if ctx.target == "cuda" and ctx.device.get("sm_count"):
+    """Core counts for the target: Ascend's from the device (or A2 defaults); on a device that
+    reports an SM count (cuda's properties) that count."""
+    if ctx.device.get("sm_count"):
         sms = int(ctx.device["sm_count"])
         return PortContext(num_vectorcore=sms, num_aicore=sms, cores_scale=GPU_PROGRAMS_PER_SM)
     return PortContext.from_device(ctx.device)

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from farm import pyast
 from farm.generators.base import Candidate, Context, Generator, Proposal, model_as_candidate
 from farm.pyast import dotted_name as _dotted
+from farm.targets import known
 
 # 32 warps (1024 threads, the CUDA limit per program): a whole long row per program needs them
 WARPS = (1, 2, 4, 8, 16, 32)
 STAGES = (1, 2, 3, 4, 5)
 DEFAULT_WARPS = 4  # Triton's num_warps when a launch names none
-# Largest block per target: CUDA registers (32768 fp32 over 32 warps is 32 registers a thread:
-# a 32k-column row held whole); the Ascend unified buffer (96 KB live, ~3 fp32 tensors); the
-# CPU interpreter, where big blocks are merely slow.
-MAX_BLOCK = {"cuda": 32768, "ascend": 8192, "cpu": 4096}
+# The largest block is the target's (Target.max_block: CUDA registers, the Ascend unified
+# buffer, the CPU interpreter where big blocks are merely slow); this for a target not installed here.
+DEFAULT_MAX_BLOCK = 16384
 MIN_BLOCK = 1
 BLOCK_WINDOW = 32  # a block knob moves within [value / 32, value * 32]
 TILE_MOVE_RATE = 0.35  # share of mutations that are tile moves (block and warps scaled together)
@@ -67,7 +67,8 @@ class Knob:
             return WARPS
         if self.kind == "stages":
             return STAGES
-        top = MAX_BLOCK.get(target, 16384)
+        caps = known(target)
+        top = caps.max_block if caps else DEFAULT_MAX_BLOCK
         lo = max(MIN_BLOCK, (self.value or 16) // BLOCK_WINDOW)
         hi = min(top, max((self.value or 16) * BLOCK_WINDOW, 16))
         return tuple(v for v in (2**i for i in range(0, 17)) if lo <= v <= hi)
@@ -230,9 +231,15 @@ def _config_knobs(knobs: dict, call: ast.Call) -> None:
                                                                        kw.value, kw.value.value)
 
 
+def tunes_warps(target: str) -> bool:
+    """num_warps / num_stages mean something to the target's compiler (Target.tunes_warps:
+    CUDA's; nothing to triton-ascend or to the interpreter)."""
+    caps = known(target)
+    return bool(caps and caps.tunes_warps)
+
+
 def tunable(knob: Knob, target: str) -> bool:
-    # num_warps / num_stages mean nothing to triton-ascend or to the interpreter
-    return knob.kind == "block" or target == "cuda"
+    return knob.kind == "block" or tunes_warps(target)
 
 
 def apply(source: str, assignment: dict[Knob, int]) -> str:
@@ -296,9 +303,9 @@ class TuneGenerator(Generator):
             return []
         original = model_as_candidate(ctx.task_source)
         out = [Proposal(original, self.name, "the original Model")]
-        # CUDA only: the interpreter's times only order candidates roughly, and Ascend's tiles
-        # are bounded by its unified buffer, not by warps
-        dims = space(original, ctx.target) if ctx.target == "cuda" else []
+        # where warps are tuned (CUDA) only: the interpreter's times only order candidates
+        # roughly, and Ascend's tiles are bounded by its unified buffer, not by warps
+        dims = space(original, ctx.target) if tunes_warps(ctx.target) else []
         for factor in self.tile_seeds:
             assignment = tile_scaled(dims, factor)
             if assignment:

@@ -1,33 +1,24 @@
 """Memory and utilisation of a worker's devices, for the supervisor's gauges
 (farm.observe.worker_metrics):
 
-- cuda: NVML, through nvidia-ml-py (`pynvml`, the extra `nvml`), imported on first use: the
-  driver's own counters, no child process and no text to parse. Without it the gauges are left
-  out and the cluster's DCGM exporter is the place to look (docs/operations.md, "Metrics").
-- ascend: `npu-smi info -t usages`, parsed from Huawei's documentation of it; no Ascend device
-  has run this code (docs/ascend.md).
-- cpu: the worker's process tree: resident memory, and CPU time per second as a share of the
-  CPUs it may use (its affinity, capped by its cgroup's quota), so 1 means all of them.
+- a target with a device monitor (`Target.device_monitor`, handed in by the caller: this stage
+  imports no other): its driver's counters (cuda: NVML, farm.targets.cuda; ascend: npu-smi,
+  farm.ascend.target). Where the monitor has none, the gauges are left out and the cluster's
+  DCGM exporter is the place to look (docs/operations.md, "Metrics").
+- any other (cpu): the worker's process tree: resident memory, and CPU time per second as a
+  share of the CPUs it may use (its affinity, capped by its cgroup's quota), so 1 means all of them.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import re
-import shutil
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-log = logging.getLogger(__name__)
-
-SMI_TIMEOUT_S = 5.0
 DEVICE_CACHE_S = 5.0  # one device query per this, however often Prometheus scrapes
-MIB = 1024 * 1024
 CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -43,94 +34,8 @@ class Worker(Protocol):  # what the probe needs of farm.observe.worker_metrics.W
     pid: int | None
 
 
-# ---------------------------------------------------------------- cuda: NVML
-
-
-class Nvml:
-    """NVML, initialised once per process on first use; a host without the driver or without
-    nvidia-ml-py reports no devices (said once in the log, not on every scrape)."""
-
-    def __init__(self):
-        self._lib = None
-        self._failed = ""
-
-    def _load(self):
-        if self._lib is None and not self._failed:
-            try:
-                import pynvml  # nvidia-ml-py: only cuda workers need it
-
-                pynvml.nvmlInit()
-                self._lib = pynvml
-            except ImportError:
-                self._failed = "nvidia-ml-py is not installed (pip install 'kernel-farm[nvml]')"
-            except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError: no driver, no device
-                self._failed = f"NVML cannot start: {exc}"
-            if self._failed:
-                log.warning("GPU gauges off: %s; the cluster's DCGM exporter has them too", self._failed)
-        return self._lib
-
-    def stats(self) -> dict[int, DeviceStats]:
-        nvml = self._load()
-        if nvml is None:
-            return {}
-        try:
-            count = nvml.nvmlDeviceGetCount()
-        except nvml.NVMLError as exc:
-            log.warning("NVML: %s", exc)
-            return {}
-        found = {}
-        for index in range(count):
-            stats = DeviceStats()
-            try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            except nvml.NVMLError:
-                continue  # a device lost from the bus: no gauges rather than a failed scrape
-            try:
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                stats.used_bytes, stats.total_bytes = float(memory.used), float(memory.total)
-            except nvml.NVMLError:
-                pass
-            try:
-                stats.utilization = min(1.0, nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
-            except nvml.NVMLError:
-                pass  # "Not Supported" on some boards
-            found[index] = stats
-        return found
-
-
-# ---------------------------------------------------------------- ascend: npu-smi
-
-
-def _run(cmd: list[str]) -> str | None:
-    if shutil.which(cmd[0]) is None:
-        return None
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("%s: %s", cmd[0], exc)
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def parse_npu_smi_usages(text: str) -> DeviceStats:
-    """`npu-smi info -t usages -i N`: 'HBM Capacity(MB) : 65536', 'HBM Usage Rate(%) : 3',
-    'Aicore Usage Rate(%) : 40' lines (devices without HBM report Memory Capacity instead)."""
-    fields = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields[re.sub(r"\s+", " ", key.strip()).lower()] = value.strip()
-    capacity = _num(fields.get("hbm capacity(mb)") or fields.get("memory capacity(mb)"), MIB)
-    rate = _num(fields.get("hbm usage rate(%)") or fields.get("memory usage rate(%)"), 0.01)
-    used = capacity * rate if capacity is not None and rate is not None else None
-    return DeviceStats(used, capacity, _num(fields.get("aicore usage rate(%)"), 0.01))
-
-
-def _num(text: str | None, scale: float) -> float | None:
-    try:
-        return float(text) * scale
-    except (TypeError, ValueError):
-        return None  # '[N/A]', '[Not Supported]', missing
+class Monitor(Protocol):  # farm.targets.base.Target.device_monitor
+    def stats(self, devices: list[int]) -> dict[int, dict]: ...
 
 
 # ---------------------------------------------------------------- cpu: the process tree
@@ -210,13 +115,14 @@ def _mem_total() -> float | None:
 
 
 class DeviceProbe:
-    """Stats of the devices of one target, cached for DEVICE_CACHE_S."""
+    """Stats of the devices of one target, cached for DEVICE_CACHE_S: from the target's
+    `monitor` where it has one, else from the workers' process trees."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, monitor: Monitor | None = None):
         self.target = target
         self._cache: tuple[float, dict[int, DeviceStats]] = (float("-inf"), {})
         self._cpu_last: dict[int, tuple[int, float, float]] = {}  # device -> (pid, when, cpu seconds)
-        self._nvml = Nvml() if target == "cuda" else None
+        self._monitor = monitor
         self._lock = threading.Lock()
 
     def stats(self, workers: list[Worker]) -> dict[int, DeviceStats]:
@@ -228,15 +134,9 @@ class DeviceProbe:
             return cached
 
     def _query(self, workers: list[Worker]) -> dict[int, DeviceStats]:
-        if self._nvml is not None:
-            return self._nvml.stats()
-        if self.target == "ascend":
-            found = {}
-            for w in workers:
-                out = _run(["npu-smi", "info", "-t", "usages", "-i", str(w.device)])
-                if out:
-                    found[w.device] = parse_npu_smi_usages(out)
-            return found
+        if self._monitor is not None:
+            found = self._monitor.stats([w.device for w in workers])
+            return {device: DeviceStats(**values) for device, values in found.items()}
         return {w.device: self._cpu_stats(w.device, w.pid) for w in workers if w.pid}
 
     def _cpu_stats(self, device: int, pid: int) -> DeviceStats:

@@ -1,7 +1,7 @@
 """What `farm worker` serves on its metrics port: the sum of its processes' metrics files
 (farm.observe.metrics, multiprocess mode) and what only the supervisor knows: which of its Celery
 workers are up, how often each was restarted, and the memory and utilisation of their devices
-(farm.observe.devices: NVML, npu-smi, the process tree).
+(farm.observe.devices: the target's device monitor, else the process tree).
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ class WorkerState:
 class SupervisorCollector:
     """farm_worker_up, farm_worker_restarts_total and the device gauges, read at scrape time."""
 
-    def __init__(self, workers: Callable[[], list[WorkerState]], target: str):
+    def __init__(self, workers: Callable[[], list[WorkerState]], target: str, monitor=None):
+        """`monitor`: the target's (farm.targets.base.Target.device_monitor), or None."""
         self.workers = workers
-        self.probe = DeviceProbe(target)
+        self.probe = DeviceProbe(target, monitor)
         self.target = target
 
     def collect(self) -> Iterable:

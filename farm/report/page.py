@@ -23,14 +23,15 @@ from farm.report import collect
 from farm.report.collect import OpView, RunView
 from farm.report.figures import BASIS_LABELS, VERDICT_COLORS
 from farm.storage import Store
+from farm.targets import known
 
 NOT_MEASURED = "not measured"
 NOT_RECORDED = "not recorded"
 GENERATOR = '<meta name="generator" content="farm report">'  # marks a folder as an earlier report
 MIN_RATED_S = 5.0  # device seconds below which no candidates-per-minute rate is shown
 CSP = "default-src 'none'; img-src 'self' file:; style-src 'self' 'unsafe-inline' file:"
-CPU_NOTE = ("Target cpu runs Triton kernels in the interpreter and times them with the host clock: "
-            "the verdicts are real, the times only order candidates roughly and are not kernel timings.")
+INTERPRETER_NOTE = ("Target {target} runs Triton kernels in the interpreter and times them with the host clock: "
+                    "the verdicts are real, the times only order candidates roughly and are not kernel timings.")
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1360px;
@@ -112,7 +113,8 @@ def summary_section(run: RunView, totals: dict[str, Any]) -> str:
     ]
     grid = "".join(f'<div class="card"><span>{esc(name)}</span><b>{value}</b><span>{sub}</span></div>'
                    for name, value, sub in cards)
-    note = f'<p class="note">{esc(CPU_NOTE)}</p>' if "cpu" in totals["targets"] else ""
+    note = "".join(f'<p class="note">{esc(INTERPRETER_NOTE.format(target=t))}</p>' for t in totals["targets"]
+                   if _interprets(t))
     return (f'<h2 id="summary">Summary</h2><div class="cards">{grid}</div>'
             f'<p>Verdicts: {verdicts or na("no candidate evaluated")}</p>{note}{stale_note(run)}')
 
@@ -161,7 +163,13 @@ def limit_text(best: dict, target: str | None) -> str:
     lim, ms = best.get("limit") or {}, best.get("time_ms")
     if lim.get("limit_ms") and ms:
         return esc(f"limit {lim['limit_ms']:.4g} ms ({lim.get('bound', '?')}-bound): {ms / lim['limit_ms']:.2f}x it")
-    return na(limits.NOT_MEANINGFUL if target == "cpu" else "no limit measured")
+    return na(limits.NOT_MEANINGFUL if _interprets(target) else "no limit measured")
+
+
+def _interprets(target: str | None) -> bool:
+    """Whether the target runs Triton in the interpreter (cpu); False where it is not installed here."""
+    caps = known(target)
+    return bool(caps and caps.interpret)
 
 
 def verified_text(op: OpView) -> str:

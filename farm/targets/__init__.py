@@ -14,30 +14,34 @@ May import: farm.errors only (it is the lowest stage after the shared modules).
 
 from __future__ import annotations
 
-import glob
+import importlib
 import logging
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
 
 from farm.errors import FarmError
 from farm.targets.base import Target
-from farm.targets.builtin import BUILTIN
+from farm.targets.builtin import BUILTIN, LAZY, ORDER
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "farm.targets"
-ALIASES = {"npu": "ascend"}  # torch's device name for the Ascend target
 
-__all__ = ["Target", "DeviceSpec", "available", "get_target", "accelerator_present", "resolve_device",
+__all__ = ["Target", "DeviceSpec", "available", "builtin_targets", "get_target", "known", "accelerator_present", "resolve_device",
            "usable_device", "import_device_runtime", "synchronize", "device_name", "has_device", "on_this_host"]
+
+
+def _load(value: str) -> Target:
+    module, _, attr = value.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 @lru_cache(maxsize=1)
 def available() -> dict[str, Target]:
     """Every target: the built-in ones, then those installed packages register."""
-    found = dict(BUILTIN)
+    builtin = {**BUILTIN, **{t.name: t for t in map(_load, LAZY)}}
+    found = {name: builtin[name] for name in ORDER if name in builtin} | builtin
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in found:
             continue  # a plug-in never replaces a built-in target
@@ -53,12 +57,31 @@ def available() -> dict[str, Target]:
     return found
 
 
+def _aliases() -> dict[str, str]:
+    """Other names of targets (ascend's torch name, npu); a target's own name comes first."""
+    targets = available()
+    return {alias: t.name for t in targets.values() for alias in t.aliases if alias not in targets}
+
+
+def builtin_targets() -> list[Target]:
+    """The targets the farm ships (cuda, ascend, cpu), in their order."""
+    return [available()[name] for name in ORDER]
+
+
 def get_target(name: str, option: str = "--target") -> Target:
-    name = ALIASES.get(name, name)
+    name = _aliases().get(name, name)
     targets = available()
     if name not in targets:
         raise FarmError(f"unknown target '{name}' ({option}): use {', '.join(targets)}")
     return targets[name]
+
+
+def known(name: str | None) -> Target | None:
+    """The target of that name, or None where it is not installed here (a run or kernel in the
+    store made by a plug-in target this host lacks: callers then say less, not fail)."""
+    if not name:
+        return None
+    return available().get(_aliases().get(name, name))
 
 
 @dataclass(frozen=True)
@@ -84,10 +107,11 @@ class DeviceSpec:
 def accelerator_present() -> str | None:
     """Which accelerator this host has, judged from device nodes: never initialises a runtime."""
     for target in available().values():
-        if any(glob.glob(pattern) for pattern in target.device_nodes):
+        if target.present():
             return target.name
-    if os.environ.get("NVIDIA_VISIBLE_DEVICES") not in (None, "", "void", "none"):
-        return "cuda"
+    for target in available().values():
+        if target.visible_by_env():
+            return target.name
     return None
 
 
@@ -109,7 +133,7 @@ def resolve_device(text: str | int | None, default_target: str = "auto", option:
     name, _, idx = raw.partition(":")
     if name.isdigit() and not idx:
         name, idx = default_target, name
-    name = ALIASES.get(name, name)
+    name = _aliases().get(name, name)
     if name == "auto":
         name = accelerator_present() or "cpu"
     targets = available()
@@ -117,7 +141,7 @@ def resolve_device(text: str | int | None, default_target: str = "auto", option:
         raise FarmError(f"unknown device '{text}' ({option}): use {', '.join(f'{t}[:N]' for t in targets)}, "
                         "auto, or N")
     target = targets[name]
-    if idx == "cpu" and target.stand_in is not None:  # e.g. ascend:cpu, the stand-in asked for by name
+    if target.stand_in is not None and f"{name}:{idx}" == target.stand_in.label:  # ascend:cpu, asked for by name
         return DeviceSpec(target.stand_in, None)
     if target.visible_env is None:
         if idx:
@@ -129,7 +153,7 @@ def resolve_device(text: str | int | None, default_target: str = "auto", option:
 
 
 def has_device(target: Target) -> bool:
-    return any(glob.glob(pattern) for pattern in target.device_nodes)
+    return target.present()
 
 
 def on_this_host(spec: DeviceSpec, notify=None) -> DeviceSpec:

@@ -10,6 +10,7 @@ from farm.evaluate import speedup, timing
 from farm.evaluate.protocol import reply_for
 from farm.evaluate.verifier import Verifier
 from farm.search.database import Database, Record
+from farm.targets import available
 
 # ---------------------------------------------------------------- timing mode
 
@@ -26,21 +27,22 @@ from farm.search.database import Database, Record
 ])
 def test_mode_is_chosen_by_duration_and_capturability_and_says_why(requested, target, graph_ms, capture_error,
                                                                      mode, why):
-    got, reason = timing.choose_mode(requested, target, graph_ms, capture_error)
+    got, reason = timing.choose_mode(requested, available()[target], graph_ms, capture_error)
     assert got == mode and why in reason
 
 
 def test_a_host_bound_original_is_timed_in_a_graph_whatever_its_duration():
     # on the H100 the issue's ops ran 25 us in a graph, yet every flushed per-call batch of the
     # original was host-bound (bench/results/issue19/baseline_h100.json): per call timed the host
-    mode, reason = timing.choose_mode("auto", "cuda", 0.025, "", per_call_host_bound=1.0)
+    cuda = available()["cuda"]
+    mode, reason = timing.choose_mode("auto", cuda, 0.025, "", per_call_host_bound=1.0)
     assert mode == "graph" and "host-bound" in reason
-    assert timing.choose_mode("auto", "cuda", 0.025, "", per_call_host_bound=0.1)[0] == "events"
+    assert timing.choose_mode("auto", cuda, 0.025, "", per_call_host_bound=0.1)[0] == "events"
 
 
 def test_unknown_mode_is_a_clear_error():
     with pytest.raises(FarmError, match="--timing-mode"):
-        timing.choose_mode("fast", "cuda")
+        timing.choose_mode("fast", available()["cuda"])
 
 
 def test_graph_calls_are_whole_rotations_of_the_input_sets():

@@ -5,7 +5,7 @@ import pytest
 
 from farm.evaluate import timed_checks
 from farm.evaluate.result import Stop
-from farm.targets import resolve_device
+from farm.targets import available, resolve_device
 
 CPU = resolve_device("cpu").target
 
@@ -34,7 +34,7 @@ def test_a_gain_below_the_floor_is_no_cache():
     assert not timed_checks.served_from_cache({"median_ms": 0.01, "probe_ms": 0.08, "probe_beside_ms": 0.01}, 0.5)
 
 
-CUDA = type("CudaTarget", (), {"name": "cuda", "interpret": False})()  # the host check is CUDA's
+CUDA = available()["cuda"]  # the host check is CUDA's (Target.host_check)
 
 
 @pytest.mark.parametrize("again, cheat", [(0.06, False), (5.2, True), (None, True)])

@@ -17,12 +17,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from farm.ascend.target import parse_npu_smi_usages
 from farm.config import Settings
 from farm.errors import StorageError
 from farm.observe import devices, metrics
-from farm.observe.devices import DeviceProbe, parse_npu_smi_usages
+from farm.observe.devices import DeviceProbe
 from farm.observe.worker_metrics import SupervisorCollector, WorkerState
 from farm.storage import open_store
+from farm.targets import available
 from tests.s3_server import flaky_proxy, s3_server  # noqa: F401
 
 
@@ -182,8 +184,8 @@ def test_npu_smi_output_parses():
         HBM Usage Rate(%)              : 25
         Aicore Usage Rate(%)           : 40
     """)
-    assert npu.total_bytes == 65536 * 2**20 and npu.used_bytes == 16384 * 2**20
-    assert npu.utilization == pytest.approx(0.40)
+    assert npu["total_bytes"] == 65536 * 2**20 and npu["used_bytes"] == 16384 * 2**20
+    assert npu["utilization"] == pytest.approx(0.40)
 
 
 class FakeNvml(types.ModuleType):
@@ -223,7 +225,7 @@ def test_gpu_gauges_come_from_nvml_never_from_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    probe = DeviceProbe("cuda")
+    probe = DeviceProbe("cuda", available()["cuda"].device_monitor())
     states = [WorkerState("search", "cuda", 0, True, 0, 1), WorkerState("search", "cuda", 1, True, 0, 2)]
     stats = probe.stats(states)
     assert stats[0].used_bytes == 2**30 and stats[0].total_bytes == 80 * 2**30
@@ -238,8 +240,8 @@ def test_without_a_driver_nvml_reports_no_gpu_and_says_so_once(caplog):
     pytest.importorskip("pynvml")  # the real nvidia-ml-py: here, no libnvidia-ml.so
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA driver")
-    probe = DeviceProbe("cuda")
-    with caplog.at_level("WARNING", logger="farm.observe.devices"):
+    probe = DeviceProbe("cuda", available()["cuda"].device_monitor())
+    with caplog.at_level("WARNING", logger="farm.targets.cuda"):
         assert probe.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
         probe._cache = (float("-inf"), {})
         assert probe.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}

@@ -32,6 +32,7 @@ from farm import pyast
 from farm.generators.inductor.kernels import _kernel_defs, kernel_sources
 from farm.generators.inductor.layers import Unsupported
 from farm.pyast import dotted_name as _dotted
+from farm.targets import known
 
 _EMPTY_STRIDED = {"empty_strided_cuda", "empty_strided_cpu", "empty_strided_xpu", "empty_strided_mtia", "empty_strided"}
 
@@ -238,7 +239,7 @@ def _forward_body(cap: dict, fns: dict[str, ast.FunctionDef], param_names: list[
                 rec = launches[state["launch"]]
                 if rec["kernel"] != func[:-4]:
                     raise Unsupported(f"launch {state['launch']} is {func[:-4]} in call(), {rec['kernel']} recorded")
-                lines.extend(_launch_lines(rec, stmt.value, state["launch"], fns[func[:-4]], cap["target"] == "cpu"))
+                lines.extend(_launch_lines(rec, stmt.value, state["launch"], fns[func[:-4]], interprets(cap["target"])))
                 state["launch"] += 1
                 return
         if (
@@ -322,10 +323,17 @@ def _reinterpret(t, size, stride, offset):
 '''
 
 
+def interprets(target: str | None) -> bool:
+    """Whether the target runs Triton in the interpreter (cpu): its kernels get the interpreter's
+    config, and the capture launched nothing on a device."""
+    caps = known(target)
+    return bool(caps and caps.interpret)
+
+
 def assemble(cap: dict, target: str | None = None) -> str:
     """The candidate module for one capture (see the module docstring)."""
     target = target or cap["target"]
-    cpu = target == "cpu"
+    cpu = interprets(target)
     kernels = kernel_sources(cap["wrapper"])
     if not kernels:
         raise Unsupported("inductor generated no Triton kernel (the graph is all extern/aten calls)")

@@ -31,6 +31,7 @@ from typing import Any
 from farm.generators.inductor import decompose
 from farm.generators.inductor.constructor import copied_init
 from farm.generators.inductor.layers import Unsupported, state_layers, tensor_state
+from farm.targets import Target, get_target
 
 FORMAT = 1  # of the capture dict
 
@@ -206,7 +207,7 @@ def _launch_record(autotuner, args: tuple, kwargs: dict) -> dict:
     }
 
 
-def _configure(target: str, mode: str, emulate_precision_casts: bool = True) -> None:
+def _configure(target: Target, mode: str, emulate_precision_casts: bool = True) -> None:
     import torch
     import torch._inductor.config as icfg
 
@@ -223,12 +224,12 @@ def _configure(target: str, mode: str, emulate_precision_casts: bool = True) -> 
     if hasattr(icfg, "emulate_precision_casts"):
         icfg.emulate_precision_casts = emulate_precision_casts
     # no extern library calls: matmul and convolution become Triton (farm.generators.inductor.decompose);
-    # on cuda, max-autotune keeps matmul for inductor's Triton mm templates (tl.dot) instead
-    templates = target == "cuda" and mode.startswith("max-autotune")
+    # on a device (cuda), max-autotune keeps matmul for inductor's Triton mm templates (tl.dot) instead
+    templates = not target.interpret and mode.startswith("max-autotune")
     decompose.install(matmul=not templates)
     if templates:
         icfg.max_autotune_gemm_backends = "TRITON"
-    if target == "cpu":
+    if target.interpret:
         import warnings
 
         warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
@@ -286,6 +287,7 @@ def capture_child(
     from farm.corpus.inputs import draw_init_inputs, draw_seeded
     from farm.runtime.tensors import seed_all, to_device
 
+    caps = get_target(target)
     report("load")
     # `reference`: AKG's comparison class that runs here (the reference data names it), the
     # PyTorch truth of a Triton original
@@ -297,7 +299,7 @@ def capture_child(
     # determinism already, and at KernelBench's shapes a second multi-GiB host draw per capture
     # was most of an H100 capture's time
     inputs = draw_seeded(task, seed)
-    device = "cpu" if target == "cpu" else "cuda:0"
+    device = "cpu" if caps.interpret else f"{caps.torch_device}:0"  # the pinned device is always index 0
     seed_all(seed)
     model = cls(*init_inputs).to(device).eval()
     init_copy = None
@@ -310,11 +312,11 @@ def capture_child(
             return {"ok": False, "reason": f"{exc}; {why_not}"}
     dev_inputs = to_device(inputs, device)
     report("compile")
-    _configure(target, mode, emulate_precision_casts)
+    _configure(caps, mode, emulate_precision_casts)
     unknown = _set_options(options or {})
     if unknown:
         return {"ok": False, "reason": f"this torch's inductor has no option {unknown}"}
-    out, rec, reason = _compiled_call(model, dev_inputs, mode, target)
+    out, rec, reason = _compiled_call(model, dev_inputs, mode, caps)
     if reason:
         return {"ok": False, "reason": reason}
     report("record")
@@ -333,7 +335,7 @@ def capture_child(
         report("cases")
         try:
             capture["cases"] = _case_captures(task, cls, init_inputs, model, cases, capture["inputs"], device,
-                                              mode, target)
+                                              mode, caps)
         except Unsupported as exc:
             return {"ok": False, "reason": str(exc)}
     capture.update(
@@ -350,25 +352,24 @@ def capture_child(
         source=source,
         torch_version=str(torch.__version__),
         triton_version=_triton_version(),
-        device_name=torch.cuda.get_device_name(0) if target != "cpu" else "cpu (Triton interpreter)",
+        device_name="cpu (Triton interpreter)" if caps.interpret else caps.device_name(),
     )
     return capture
 
 
-def _compiled_call(model, dev_inputs: list, mode: str, target: str) -> tuple[Any, _Recorder, str]:
+def _compiled_call(model, dev_inputs: list, mode: str, target: Target) -> tuple[Any, _Recorder, str]:
     """(output, what was recorded, "" or why there is no capture) of one compile and run."""
     import torch
 
     torch._dynamo.reset()  # a fresh compile whose hooks see everything (each case compiles anew)
-    rec = _Recorder(execute_kernels=target != "cpu")
+    rec = _Recorder(execute_kernels=not target.interpret)
     undo = rec.install()
     out = None
     try:
         compiled = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False, fullgraph=True)
         with torch.no_grad():
             out = compiled(*dev_inputs)
-        if target != "cpu":
-            torch.cuda.synchronize()
+        target.synchronize()
     except Exception as exc:  # noqa: BLE001 - torch.compile failing is a reason, not a crash
         return out, rec, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:600]}"
     finally:
@@ -382,7 +383,7 @@ def _compiled_call(model, dev_inputs: list, mode: str, target: str) -> tuple[Any
 
 
 def _case_captures(task, cls, init_inputs, model, cases: list[dict], bench_inputs: list, device: str, mode: str,
-                   target: str) -> list[dict]:
+                   target: Target) -> list[dict]:
     """One capture per case whose inputs (shapes, strides, dtypes, values) no earlier one has:
     inductor's kernels are compiled for one shape (dynamic=False)."""
     from farm.corpus.cases import Case, applied

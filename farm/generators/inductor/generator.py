@@ -7,10 +7,11 @@ and records inductor's wrapper, kernels, launch configs and grids
 candidate: plain `@triton.jit` kernels and a `ModelNew` whose forward allocates the outputs
 and launches them (farm.generators.inductor.assemble). See docs/inductor.md.
 
-Targets: cuda (modes "default" and "max-autotune-no-cudagraphs"); cpu, through
-`cpu_backend = "triton"` and the Triton interpreter (mode "default": the interpreter does
-not autotune). Any other target gets no seeds, with a log line saying why: on ascend,
-stock inductor has no NPU backend (torch_npu brings its own, which the farm has never run).
+Targets: those with `inductor_modes` (farm.targets.base): cuda (modes "default" and
+"max-autotune-no-cudagraphs"); cpu, through `cpu_backend = "triton"` and the Triton interpreter
+(mode "default": the interpreter does not autotune). Any other target gets no seeds, with a log
+line saying why: on ascend, stock inductor has no NPU backend (torch_npu brings its own, which
+the farm has never run).
 
 Candidates are shape-specialized (they assert the captured shapes, strides, dtypes and
 constructor arguments). Where the search passes the recorded cases of the op's shape space
@@ -37,15 +38,14 @@ from pathlib import Path
 from farm.evaluate import static_checks
 from farm.generators.base import Candidate, Context, Generator, Proposal
 from farm.generators.inductor import backward as bwd
+from farm.generators.inductor.assemble import interprets
 from farm.generators.inductor.capture import capture_child
 from farm.generators.inductor.dispatch import assemble_cases
 from farm.generators.inductor.layers import Unsupported
 from farm.runtime.isolation import run_in_child
-from farm.targets import DeviceSpec, get_target, resolve_device
+from farm.targets import DeviceSpec, get_target, known, resolve_device
 
 log = logging.getLogger(__name__)
-
-MODES = {"cuda": ("default", "max-autotune-no-cudagraphs"), "cpu": ("default",)}
 
 # variant -> (torch.compile mode, inductor config options, why the interpreter cannot take it)
 VARIANTS: dict[str, tuple[str, dict, str]] = {
@@ -80,8 +80,9 @@ class InductorGenerator(Generator):
         log.info("inductor: %s", reason)
 
     def _spec(self, ctx: Context) -> DeviceSpec:
-        if ctx.target == "cpu":
-            return DeviceSpec(get_target("cpu"), None)
+        target = get_target(ctx.target)
+        if target.visible_env is None:  # no device to pin (cpu)
+            return DeviceSpec(target, None)
         label = str(ctx.device.get("label") or "")
         if label.startswith(ctx.target + ":"):
             return resolve_device(label)
@@ -89,9 +90,10 @@ class InductorGenerator(Generator):
 
     def seeds(self, ctx: Context) -> list[Proposal]:
         self.reasons, self.captures = [], []
-        if ctx.target not in MODES:
-            self._skip(f"target {ctx.target}: no seeds: the inductor generator knows Triton output of torch.compile "
-                       "on cuda and cpu only (ascend would need torch_npu's inductor backend, never run here)")
+        if not modes_of(ctx.target):
+            self._skip(f"target {ctx.target}: no seeds: the target names no torch.compile mode whose Triton output "
+                       "the inductor generator knows (cuda and cpu do; ascend would need torch_npu's inductor "
+                       "backend, never run here)")
             return []
         if ctx.device.get("mode") == "reference-data":
             self._skip("no PyTorch truth to compile: the op is in reference-data mode (a Triton Model, and no "
@@ -104,12 +106,12 @@ class InductorGenerator(Generator):
             self._tried[self._key(ctx, shapes)] = set()
             self._made[self._key(ctx, shapes)] = set()
         return self._capture(ctx, shapes, [(mode, {}, f"torch.compile mode={mode}") for mode in
-                                           (self.modes or MODES[ctx.target])])
+                                           (self.modes or modes_of(ctx.target))])
 
     def _shapes(self, ctx: Context) -> str:
         # the shape set of the reference data the candidates will be judged on (the search puts
         # it in ctx.device); else what `farm reference --shapes auto` picks: small on cpu
-        return self.shapes or ctx.device.get("shapes") or ("small" if ctx.target == "cpu" else "bench")
+        return self.shapes or ctx.device.get("shapes") or ("small" if interprets(ctx.target) else "bench")
 
     @staticmethod
     def _key(ctx: Context, shapes: str) -> tuple:
@@ -199,7 +201,7 @@ class InductorGenerator(Generator):
         """The next variant of inductor's tuning space not tried for this op, as a child of an
         inductor-made parent (tuned by tune or not); nothing for other parents, or once every
         variant the target can run has been tried."""
-        if parent is None or ctx.target not in MODES or MARKER not in (parent.source or ""):
+        if parent is None or not modes_of(ctx.target) or MARKER not in (parent.source or ""):
             return []
         shapes = self._shapes(ctx)
         out: list[Proposal] = []
@@ -219,12 +221,12 @@ class InductorGenerator(Generator):
     @staticmethod
     def variants(target: str) -> list[str]:
         """The variants of VARIANTS a target runs (the interpreter has no timer and no block pointers)."""
-        return [name for name, (_, _, why) in VARIANTS.items() if target != "cpu" or not why]
+        return [name for name, (_, _, why) in VARIANTS.items() if not interprets(target) or not why]
 
     @staticmethod
     def skipped_variants(target: str) -> dict[str, str]:
         """Variant -> why this target cannot take it."""
-        return {name: why for name, (_, _, why) in VARIANTS.items() if target == "cpu" and why}
+        return {name: why for name, (_, _, why) in VARIANTS.items() if interprets(target) and why}
 
 
 def _per_case(source: str) -> str:
@@ -235,3 +237,9 @@ def _per_case(source: str) -> str:
 
 def _describe(options: dict) -> str:
     return "+" + ",".join(f"{k}={v}" for k, v in options.items())
+
+
+def modes_of(target: str) -> tuple[str, ...]:
+    """The torch.compile modes the target seeds from (Target.inductor_modes); none where it is not installed here."""
+    caps = known(target)
+    return caps.inductor_modes if caps else ()

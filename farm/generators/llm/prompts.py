@@ -28,6 +28,7 @@ from string import Template
 from farm import pyast
 from farm.evaluate import static_checks
 from farm.generators.base import Candidate, Context
+from farm.targets import known
 
 TASK_CHARS = 12_000  # the task file, after its kernels are left out
 PARENT_CHARS = 24_000  # the parent is the code to change: trimmed only when huge
@@ -36,7 +37,6 @@ MAX_INSPIRATIONS = 3
 ERROR_CHARS = 2_000  # each recent error (tracebacks keep their end)
 MAX_ERRORS = 3
 REPAIR_ERROR_CHARS = 6_000  # the error sent back in a repair message
-TARGETS = ("ascend", "cuda", "cpu")
 KERNEL_DECORATORS = ("triton.jit", "jit", "triton.autotune", "autotune", "triton.heuristics", "heuristics")
 
 
@@ -101,8 +101,13 @@ def _is_kernel(node: ast.stmt) -> bool:
 
 
 def target_section(ctx: Context) -> str:
-    name = ctx.target if ctx.target in TARGETS else "other"
-    return render(f"target_{name}", target=ctx.target, device=_device(ctx.device))
+    """The target's own section (Target.prompt_text: its rules and tips), else a generic one."""
+    caps = known(ctx.target)
+    text = caps.prompt_text() if caps else None
+    values = {"target": ctx.target, "device": _device(ctx.device)}
+    if text is None:
+        return render("target_other", **values)
+    return Template(text.strip()).substitute(values)
 
 
 def _device(device: dict) -> str:
