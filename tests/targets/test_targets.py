@@ -49,8 +49,10 @@ def test_a_plugin_target_is_found_and_named_devices_resolve(plugin_target_path, 
     assert out.split() == ["True", "interp", "cpu", "['CUDA_VISIBLE_DEVICES',", "'TRITON_INTERPRET']"]
 
 
-def test_a_plugin_target_runs_the_whole_flow_reference_to_fetch(plugin_target_path, tmp_path):
-    """`farm run --target interp` with the target installed from another package, then fetch."""
+def test_a_plugin_target_runs_the_whole_flow_reference_to_export(plugin_target_path, tmp_path):
+    """`farm run --target interp` with the target installed from another package, then fetch,
+    then `farm export` and the exported package's own tests: reference, search, promotion and
+    export all take the target's word (its hooks) for what to do."""
     import json
     import os
     import subprocess
@@ -63,9 +65,28 @@ def test_a_plugin_target_runs_the_whole_flow_reference_to_fetch(plugin_target_pa
                                  "--max-tasks", "3", "--json"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert (tmp_path / "store" / "kernels" / "interp" / "demo" / "vector_add_scale" / "best.py").exists()
+    best = tmp_path / "store" / "kernels" / "interp" / "demo" / "vector_add_scale"
+    assert (best / "best.py").exists()
+    meta = json.loads((best / "best.json").read_text())
+    assert meta["device_name"] == "Interp test chip (Triton interpreter on the host)"  # the target's device_name
+    report = json.loads((tmp_path / "store" / "runs" / meta["run"] / "demo" / "vector_add_scale" / "report.json")
+                        .read_text())
+    assert all("frontend" in c["stage_s"] for c in report["candidates"])  # the target's frontend check ran
     fetched = subprocess.run(farm + ["fetch", "--target", "interp", "--store", store,
                                      "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     index = json.loads((tmp_path / "out" / "index.json").read_text())
     assert index["kernels"] and {k["target"] for k in index["kernels"]} == {"interp"}
+    pkg = tmp_path / "pkg"
+    exported = subprocess.run(farm + ["export", "--run", meta["run"], "--store", store, "--out", str(pkg),
+                                      "--name", "interp_kernels", "--json"], env=env, capture_output=True, text=True,
+                              timeout=600)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    ops = json.loads(exported.stdout)["ops"]
+    assert {op["op"] for op in ops} >= {"vector_add_scale"} and all(op["targets"] == ["interp"] for op in ops)
+    doc = (pkg / "docs" / "demo" / "vector_add_scale.md").read_text()
+    assert "The interp kernel ran in Triton's interpreter only" in doc
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(pkg / "tests")],
+                           env={**os.environ, "PYTHONPATH": str(pkg), "TRITON_INTERPRET": "1"}, cwd=pkg,
+                           capture_output=True, text=True, timeout=600)
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
