@@ -9,7 +9,9 @@ The parent process (CLI, worker supervisor) never initialises a device: it only 
 `DeviceSpec` and hands the child the environment that pins it. Device work happens in
 children (farm.runtime.isolation).
 
-May import: farm.errors only (it is the lowest stage after the shared modules).
+May import: farm.errors only (it is the lowest stage after the shared modules). The ascend
+target, defined with the rest of Ascend a stage above (farm.ascend.target), is loaded by name
+when the registry is first read, as a plug-in's entry point is.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "farm.targets"
 
-__all__ = ["Target", "DeviceSpec", "available", "builtin_targets", "get_target", "known", "accelerator_present", "resolve_device",
-           "usable_device", "import_device_runtime", "synchronize", "device_name", "has_device", "on_this_host"]
+__all__ = ["Target", "DeviceSpec", "available", "builtin_targets", "get_target", "known", "accelerator_present",
+           "resolve_device", "usable_device", "import_device_runtime", "synchronize", "device_name", "has_device",
+           "on_this_host"]
 
 
 def _load(value: str) -> Target:
