@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,7 +288,7 @@ class Settings:
 
 # a section's prefix by its class, for its own checks' messages
 _SECTIONS = {tp.__name__: f"{name}." for name, tp in typing.get_type_hints(Settings).items()
-             if dataclasses.is_dataclass(tp)}
+             if isinstance(tp, type) and dataclasses.is_dataclass(tp)}
 
 
 @dataclass(frozen=True)
@@ -310,7 +311,7 @@ def leaves(cls: type = Settings, prefix: str = "") -> list[Leaf]:
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out.extend(leaves(tp, key + "."))
             continue
         env = "FARM_" + key.replace(".", "_").upper()
@@ -377,7 +378,7 @@ def environment_settings() -> Settings:
 def load_settings(
     config: str | os.PathLike | None = None,
     overrides: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
     sets: dict[str, Any] | None = None,
 ) -> tuple[Settings, dict[str, str]]:
     """Build the effective settings and, for each dotted key, where its value came from.
@@ -419,7 +420,7 @@ def load_settings(
         option = known[key].option or f"the option for {key}"
         take(key, value, f"{option} ({key})" if known[key].option else option, "command line", f"set by {option}")
 
-    settings = _build(Settings, values)
+    settings: Settings = _build(Settings, values)
     settings._said = said  # type: ignore[attr-defined]
     return settings, origin
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 from farm.config import Settings, get, leaves
 
@@ -14,7 +15,7 @@ _URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@/\s]+)@")
 MIN_SECRET_CHARS = 6  # shorter values ("1", "yes") would mask ordinary text
 
 
-def secret_values(settings: Settings | None = None, env: dict[str, str] | None = None) -> list[str]:
+def secret_values(settings: Settings | None = None, env: Mapping[str, str] | None = None) -> list[str]:
     """The secrets the farm knows of: settings marked secret (the password of a URL among
     them), and variables named like a key, token, secret or password, or holding a URL with a
     password. Longest first, so that masking a secret never leaves a longer one's tail."""

@@ -110,7 +110,7 @@ def reap(path: Path) -> list[int]:
     """mark_dead every process that left files in `path` and no longer runs: a pool process
     killed with SIGKILL never ran its shutdown hook."""
     dead = []
-    for pid in sorted({_pid_of(f.name) for f in path.glob("*_*.db")} - {None}):
+    for pid in sorted({pid for f in path.glob("*_*.db") if (pid := _pid_of(f.name)) is not None}):
         if not pid_alive(pid):
             mark_dead(pid, path)
             dead.append(pid)

@@ -58,7 +58,7 @@ def upstream(outputs: list, seed: int) -> list:
     import torch
 
     gen = torch.Generator().manual_seed(seed + GRAD_SEED_OFFSET)
-    grads = []
+    grads: list[torch.Tensor | None] = []
     for out in outputs:
         if isinstance(out, torch.Tensor) and out.is_floating_point():
             grads.append(torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype))

@@ -43,10 +43,12 @@ def _short_temp_dir() -> None:
     import tempfile
     from multiprocessing import process, util
 
-    if len(tempfile.gettempdir()) + SOCKET_PATH_ROOM <= 107 or process.current_process()._config.get("tempdir"):
+    # the process's private settings, where multiprocessing keeps its temp dir (not in the stubs)
+    config: dict = process.current_process()._config  # type: ignore[attr-defined]
+    if len(tempfile.gettempdir()) + SOCKET_PATH_ROOM <= 107 or config.get("tempdir"):
         return
     short = tempfile.mkdtemp(prefix="farm-mp-", dir="/tmp")
-    process.current_process()._config["tempdir"] = short
+    config["tempdir"] = short
     util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-100)
 
 

@@ -22,6 +22,7 @@ bits, pointer tables are tiny, and looking costs a device-to-host copy.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 TAG = 0x5AFE  # the top 16 bits of a token; a user-space address has at most 48 bits
 MAX_ELEMENTS = 64
@@ -80,7 +81,7 @@ def watching_addresses():
         torch.Tensor.data_ptr = original
 
 
-def encode(values: list, seen: list = ()) -> list:
+def encode(values: list, seen: Sequence = ()) -> list:
     """`values` with every live address of a tensor replaced by its token (new tensors; the
     originals are untouched). `seen`: tensors get_inputs() took addresses of."""
     holders = list(_holders(values))

@@ -106,7 +106,7 @@ def sweep_stale(root: Path | None = None) -> list[Path]:
     """Remove the runner folders of evaluators that died without removing them (killed): folders
     named for a pid that no longer runs. Returns what was removed."""
     root = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(root))
     except OSError:

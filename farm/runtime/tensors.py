@@ -47,7 +47,8 @@ def describe_values(values: list) -> tuple[list, list]:
     """(shapes, dtypes) as the .pt and the tables show them; None for non-tensors."""
     import torch
 
-    shapes, dtypes = [], []
+    shapes: list[list[int] | None] = []
+    dtypes: list[str | None] = []
     for v in values:
         if isinstance(v, torch.Tensor):
             shapes.append(list(v.shape))

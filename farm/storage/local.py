@@ -14,7 +14,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from farm.errors import IntegrityError, StorageError
 from farm.storage.base import ObjectInfo, Store, dump_json, sha256_stream, validate_key, write_error
@@ -92,7 +92,7 @@ class FileStore(Store):
     # ------------------------------------------------------------ writes
 
     @staticmethod
-    def _atomic_write(target: Path, write: Callable[[object], None],
+    def _atomic_write(target: Path, write: Callable[[BinaryIO], object],
                       before_replace: Callable[[], None] | None = None) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -123,7 +123,7 @@ class FileStore(Store):
         except (OSError, ValueError):
             return {}
 
-    def _put(self, key: str, write: Callable[[object], tuple[str, int]], expect_sha: str | None, what: str) -> ObjectInfo:
+    def _put(self, key: str, write: Callable[[BinaryIO], tuple[str, int]], expect_sha: str | None, what: str) -> ObjectInfo:
         """Data and its sha256 live in two files, so the switch happens in three steps: the sidecar
         first accepts the old and the new sha256, then the data is renamed into place, then the
         sidecar names only the new one. A reader, or a process killed at any step, never sees
@@ -215,6 +215,7 @@ class FileStore(Store):
             after = self._accepted(key)
             if before is None or after is None or sha in before | after:
                 return value
+        assert after is not None  # every attempt that ends the loop read a recorded set
         raise IntegrityError(f"{self.describe(key)} is corrupt: sha256 {sha} != recorded {sorted(after)[0]}")
 
     def _expect(self, key: str) -> ObjectInfo:
@@ -228,7 +229,7 @@ class FileStore(Store):
         never written out."""
         self._expect(key)
         for _ in range(READ_ATTEMPTS):
-            before, holder = self._accepted(key), {}
+            before, holder = self._accepted(key), dict[str, Any]()
 
             def copy(dst, holder=holder):
                 with open(self._path(key), "rb") as src:

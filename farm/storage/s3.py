@@ -53,7 +53,7 @@ SETTLE_S = (0.5, 1.0)  # fallback: seconds a racing write may take to land befor
 PROBE_DIR = ".farm-probe"  # a dot segment: never a valid key, so no user object collides
 
 
-def _code(exc: BaseException) -> str:
+def _code(exc: BaseException | None) -> str:
     """The S3 error code of a ClientError ('' for anything else)."""
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
