@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from typing import Literal, overload
 
 
 def dotted_name(node: ast.AST) -> str:
@@ -25,7 +26,16 @@ def dotted_name(node: ast.AST) -> str:
 _PARSING = threading.Lock()
 
 
+@overload
+def parse(source: str, filename: str = "<unknown>", mode: Literal["exec"] = "exec") -> ast.Module: ...
+
+
+@overload
+def parse(source: str, filename: str = "<unknown>", *, mode: Literal["eval"]) -> ast.Expression: ...
+
+
 def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
-    """ast.parse, one thread of the process at a time."""
+    """ast.parse, one thread of the process at a time. Typed as ast.parse is: a module, or an
+    expression in mode "eval"."""
     with _PARSING:
         return ast.parse(source, filename, mode)

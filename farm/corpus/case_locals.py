@@ -18,11 +18,12 @@ CASE_GLOBAL = "__farm_case__"
 
 
 def expose_locals(module: types.ModuleType, source: str, filename: str,
-                  parse: Callable[..., ast.AST] = ast.parse) -> dict[str, int]:
+                  parse: Callable[..., ast.Module] = ast.parse) -> dict[str, int]:
     """Replace module.get_inputs by the rewritten one; returns {"get_inputs.<name>": literal}."""
     fn = getattr(module, "get_inputs", None)
-    if getattr(fn, "__farm_locals__", None) is not None:
-        return fn.__farm_locals__
+    known = getattr(fn, "__farm_locals__", None)
+    if known is not None:
+        return known
     try:
         tree = parse(source, filename)
     except SyntaxError:
@@ -49,5 +50,5 @@ def expose_locals(module: types.ModuleType, source: str, filename: str,
     exec(code, module.__dict__, scope)  # noqa: S102 - the task's own function, already executed once
     new = scope["get_inputs"]
     new.__farm_locals__ = found
-    module.get_inputs = new
+    module.__dict__["get_inputs"] = new
     return found

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm.errors import TaskError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 _TOLERANCE_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -37,7 +41,7 @@ def int_tuple(path: Path, module: types.ModuleType, name: str) -> tuple[int, ...
     return tuple(raw)
 
 
-def indices_in_forward(path: Path, model_cls: type, name: str, indices: tuple[int, ...]) -> None:
+def indices_in_forward(path: Path, model_cls: type[nn.Module], name: str, indices: tuple[int, ...]) -> None:
     """INPLACE_ARGS and GRAD_INPUTS name forward's arguments: an index past them names nothing."""
     import inspect
 

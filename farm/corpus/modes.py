@@ -91,6 +91,8 @@ def trial_child(report: Callable[[str], None], ref: TaskRef, name: str) -> dict:
     inputs = draw_inputs(task, 0)
     report("init")
     seed_all(0)
+    if task.reference_cls is None:  # the file's first comparison class is another one
+        raise TaskError(ref.path, f"has no class {name} that serves as its Reference")
     model = task.reference_cls(*init_inputs).eval()
     report("forward")
     with torch.no_grad():

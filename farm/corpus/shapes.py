@@ -20,7 +20,7 @@ import os
 import re
 import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 _STRUCTURAL = {"kernel", "stride", "strides", "padding", "pad", "dilation", "dilations", "groups", "group", "axis",
                "axes"}
@@ -188,14 +188,15 @@ def _structural(name: str, value: int) -> bool:
     return bool({"dim", "reduce"} & segments) and value < _AXIS_LIMIT and "dim" in name.lower()
 
 
-def _is_size(value: Any) -> bool:
+def _is_size(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def size_constants(module: types.ModuleType) -> tuple[dict[str, Any], dict[str, Any]]:
     """(scalable, structural) module globals read by get_inputs/get_init_inputs."""
     read = _code_names(module.get_inputs) | _code_names(module.get_init_inputs)
-    scalable, fixed = {}, {}
+    scalable: dict[str, Any] = {}
+    fixed: dict[str, Any] = {}
     for name in sorted(read):
         value = module.__dict__.get(name)
         if _is_size(value):
@@ -207,7 +208,7 @@ def size_constants(module: types.ModuleType) -> tuple[dict[str, Any], dict[str, 
 
 def _units(scalable: dict[str, Any]) -> list[tuple[str, int | None]]:
     """(name, tuple index or None) for every scalable int."""
-    out = []
+    out: list[tuple[str, int | None]] = []
     for name, value in scalable.items():
         if isinstance(value, tuple):
             out += [(name, i) for i in range(len(value))]

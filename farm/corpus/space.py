@@ -66,7 +66,8 @@ def declared(task, raw: Any) -> ShapeSpace:
         raise TaskError(path, f"{SPACE_NAME} must be a non-empty dict",
                         "like {'NUM_TOKENS': (1, 16384), 'DTYPE': ('float16', 'bfloat16')}")
     keywords = get_inputs_keywords(module)
-    dims, dtype = [], None
+    dims: list[Dim] = []
+    dtype: tuple[str, tuple[str, ...], bool] | None = None
     for name, spec in raw.items():
         keyword = name in keywords
         current = keywords[name] if keyword else get_value(module, name, _MISSING) if isinstance(name, str) else _MISSING
@@ -84,7 +85,8 @@ def declared(task, raw: Any) -> ShapeSpace:
             raise TaskError(path, f"{SPACE_NAME}[{name!r}] must be a (low, high) pair of ints, 1 <= low <= high",
                             repr(spec))
         dims.append(Dim(name, spec[0], spec[1], min(max(current, spec[0]), spec[1]), keyword))
-    space = ShapeSpace(tuple(dims), *(dtype or (None, ()))[:2], bool(dtype and dtype[2]), origin="declared")
+    dtype_name, dtypes, dtype_keyword = dtype or (None, (), False)
+    space = ShapeSpace(tuple(dims), dtype_name, dtypes, dtype_keyword, origin="declared")
     cap, budget = _limit(task)
     if task.shapes == "small":  # the interpreter runs these: the declared range, cut to the small budget
         space = _clip(task, space, cap, budget)
@@ -103,9 +105,10 @@ def _is_dtype(value: Any) -> bool:
 
 def _dtype_names(path, name: str, spec: Any, current) -> tuple[str, ...]:
     base = str(current).removeprefix("torch.")
-    items = spec if isinstance(spec, (tuple, list)) else None
     try:
-        names = [str(v).removeprefix("torch.") for v in items]
+        if not isinstance(spec, (tuple, list)):
+            raise TypeError(f"a {type(spec).__name__}, not a tuple")
+        names = [str(v).removeprefix("torch.") for v in spec]
         for n in names:
             dtype_of(n)
     except (TypeError, ValueError) as exc:

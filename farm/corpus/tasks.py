@@ -17,7 +17,7 @@ import threading
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.config import Settings
 from farm.corpus import metadata
@@ -26,6 +26,9 @@ from farm.corpus.outputs import check_outputs  # noqa: F401 - corpus.check_outpu
 from farm.corpus.shapes import NoShapes, ShapePolicy, derive, measure, memory_limit_bytes
 from farm.corpus.toplevel import run_top_level
 from farm.errors import FarmError, InvalidName, TaskError
+
+if TYPE_CHECKING:  # torch is imported where a task is loaded: listing tasks needs none
+    from torch import nn
 
 # a leading '_' is allowed: AKG's corpus has ops named after private kernels (_compute_pid)
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -77,8 +80,8 @@ class Task:
     ref: TaskRef
     module: types.ModuleType
     shapes: str
-    model_cls: type
-    reference_cls: type | None
+    model_cls: type[nn.Module]
+    reference_cls: type[nn.Module] | None
     mode: str = "reference"  # one of MODES
     comparison: str | None = None  # name of the file's Reference-like class, used or not
     mode_reason: str = ""
@@ -164,9 +167,9 @@ def discover_sources_with_origin(settings: Settings) -> dict[str, tuple[Path, st
     if settings.corpus.akg_root:
         for name, folder in akg_folders(settings.corpus.akg_root).items():
             found[name] = (folder, "akg")
-    for name, folder in settings.corpus.sources.items():
+    for name, where in settings.corpus.sources.items():
         validate_name(name, "source", f"corpus.sources.{name}")
-        path = Path(folder).expanduser()
+        path = Path(where).expanduser()
         if not path.is_dir():
             raise FarmError(f"corpus.sources.{name}: folder {path} does not exist")
         if name in found and found[name][1] == "bundled" and found[name][0].resolve() != path.resolve():
@@ -350,6 +353,7 @@ def _exec_isolated_unlocked(path: Path) -> types.ModuleType:
     except OSError as exc:
         raise TaskError(path, "cannot be read", str(exc)) from None
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None  # a path ending in .py always has one
     module = importlib.util.module_from_spec(spec)
     before_modules = set(sys.modules)
     before_path = list(sys.path)
@@ -370,7 +374,7 @@ def _exec_isolated_unlocked(path: Path) -> types.ModuleType:
     return module
 
 
-def _require_module_class(ref: TaskRef, module: types.ModuleType, name: str) -> type:
+def _require_module_class(ref: TaskRef, module: types.ModuleType, name: str) -> type[nn.Module]:
     import torch.nn as nn
 
     obj = getattr(module, name, None)
@@ -448,15 +452,15 @@ def _apply_small_shapes(task: Task) -> None:
         task.shape_overrides.update(config)
     if small:
         return
-    key = (str(ref.path.resolve()), ref.sha256(), ref.policy)
-    if key not in _DERIVED:
+    derived = (str(ref.path.resolve()), ref.sha256(), ref.policy)
+    if derived not in _DERIVED:
         try:
             overrides, _fp, note = derive(module, task.model_cls, ref.policy, fixed_names=tuple(config))
         except NoShapes as exc:
             raise TaskError(ref.path, NO_SMALL_SHAPES, str(exc)) from None
         _check_real_forward(task, overrides)
-        _DERIVED[key] = (overrides, note)
-    overrides, note = _DERIVED[key]
+        _DERIVED[derived] = (overrides, note)
+    overrides, note = _DERIVED[derived]
     for name, value in overrides.items():
         setattr(module, name, value)
     task.shape_overrides.update(overrides)
