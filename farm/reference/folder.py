@@ -49,7 +49,7 @@ def folder_of(pt: Path) -> Path | None:
     return folder if (folder / "manifest.json").is_file() or (folder / FOLDER_SECRETS).is_dir() else None
 
 
-def _regenerate(folder: Path, source: str, op: str) -> str:
+def _regenerate(folder: Path, source: str | None, op: str | None) -> str:
     return f"`farm reference --source {source} --ops {op} --output-dir {folder} --force`"
 
 
@@ -106,7 +106,7 @@ def load(pt: Path, store: Store | None = None) -> dict[str, Any]:
     entry = _entries(folder).get(f"{pt.parent.name}/{pt.stem}") if folder else None
     sha = _sha256(pt)
     want = expected_sha(entry)
-    if want and sha != want:
+    if folder is not None and want and sha != want:  # an entry, and so a sha, needs a folder
         raise IntegrityError(
             f"{pt} does not match {folder / 'manifest.json'} (sha256 {sha[:12]}..., the manifest records "
             f"{want[:12]}...): the folder holds another version of it or a damaged copy; copy it again from the "
@@ -139,9 +139,9 @@ def _check_cases(pt: Path, data: dict) -> None:
 
 
 def _seed_sets(pt: Path, folder: Path | None, entry: dict | None, pointer: dict, data: dict,
-               store: Store | None) -> list[tuple[list, list]]:
+               store: Store | None) -> list[tuple[list, list]] | None:
     path = open_folder(folder).path_of(pointer["key"]) if folder else None
-    if path is None or not path.is_file():
+    if folder is None or path is None or not path.is_file():
         if store is not None and store.head(pointer["key"]) is not None:
             return seedsets.load_sets(store, data)
         source, op = data.get("source"), data.get("op_name")

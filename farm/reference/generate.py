@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from farm import __version__, targets
 from farm.corpus import modes
@@ -241,7 +241,7 @@ def load_pt(path: str | Path) -> dict[str, Any]:
     """Every .pt is untrusted: tensors and plain values only, never arbitrary objects. A
     compact one (farm.reference.drawn) has no "inputs" but the recipe that draws them."""
     data = load_pt_file(path)
-    needed = PT_KEYS
+    needed: tuple[str, ...] = PT_KEYS
     if isinstance(data, dict) and data.get("save_inputs") is False:
         needed = tuple(k for k in PT_KEYS if k != "inputs") + ("input_recipe", "output_samples")
     missing = [k for k in needed if k not in data] if isinstance(data, dict) else list(PT_KEYS)
@@ -251,7 +251,7 @@ def load_pt(path: str | Path) -> dict[str, Any]:
 
 
 def is_current(entry: dict | None, task_sha: str, seed: int, shapes: str, store: Store, cases: int = 0,
-               ship_max_mb: float = -1) -> bool:
+               ship_max_mb: float = -1) -> TypeGuard[dict]:
     if not entry or not entry.get("success"):
         return False
     if entry.get("compact") and (ship_max_mb < 0 or ship_max_mb > entry.get("ship_max_mb", ship_max_mb)):

@@ -36,7 +36,7 @@ def now() -> str:
 def repair_command(store: Store) -> str:
     """The command that rebuilds this store's manifest from its objects (farm cache repair)."""
     if getattr(store, "strip_prefix", ""):  # a plain folder in the existing tools' layout
-        return f"farm cache repair --dir {store.root}"
+        return f"farm cache repair --dir {getattr(store, 'root', '')}"  # FileStore's, perhaps behind MeteredStore
     return f"farm cache repair --store {store.url}"
 
 

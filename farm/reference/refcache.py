@@ -157,7 +157,7 @@ def _copy_seed_sets(src: Store, dst: Store, fields: dict, tmp: Path) -> str:
     local = tmp / "seed_sets.pt"
     info = src.get_file(key, local)
     if sha and info.sha256 != sha:
-        raise IntegrityError(f"{src.describe(key)} does not match the sha256 its .pt records ({info.sha256[:12]}... "
+        raise IntegrityError(f"{src.describe(key)} does not match the sha256 its .pt records ({str(info.sha256)[:12]}... "
                              f"!= {sha[:12]}...): another version or a damaged copy; the op is not copied: copy the "
                              "reference folder again whole, or regenerate the op with `farm reference --force`")
     dst.put_file(key, local, sha256=info.sha256)
@@ -258,14 +258,15 @@ def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[
                 continue
             source, op = so
             name = f"{source}/{op}"
-            row = {"name": name, "source": source, "op": op, "key": info.key, "size_bytes": info.size}
-            entry = {"source": source, "op_name": op, "key": info.key, "created_at": manifest.now()}
+            row: dict[str, Any] = {"name": name, "source": source, "op": op, "key": info.key, "size_bytes": info.size}
+            entry: dict[str, Any] = {"source": source, "op_name": op, "key": info.key, "created_at": manifest.now()}
             try:
                 got = store.get_file(info.key, Path(tmp) / "ref.pt")
                 metadata = pt_metadata(load_pt(Path(tmp) / "ref.pt"))
                 _check_seed_sets(store, metadata)
             except FarmError as exc:
-                folder = f" --output-dir {store.root}" if getattr(store, "strip_prefix", "") else ""
+                # a plain folder (a FileStore with a prefix, perhaps behind MeteredStore) is named by its root
+                folder = f" --output-dir {getattr(store, 'root', '')}" if getattr(store, "strip_prefix", "") else ""
                 fix = f"farm reference --source {source} --ops {op}{folder} --force"
                 row.update(status="corrupt", error=f"{exc}; regenerate it with `{fix}`")
                 entry.update(success=False, stage="stored", error=row["error"])

@@ -44,7 +44,7 @@ def write_error(where: str, exc: OSError) -> StorageError:
     return StorageError(f"cannot write {where}: {exc.strerror or exc}", transient=exc.errno in TRANSIENT_ERRNOS)
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
