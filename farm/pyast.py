@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import threading
-from typing import Literal, overload
+from typing import Literal, Protocol, overload
 
 
 def dotted_name(node: ast.AST) -> str:
@@ -18,6 +18,27 @@ def dotted_name(node: ast.AST) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+class Positioned(Protocol):
+    """A node with a place in its source: a statement, expression, argument, keyword, ..."""
+
+    lineno: int
+    col_offset: int
+    end_lineno: int | None
+    end_col_offset: int | None
+
+
+def end(node: Positioned) -> tuple[int, int]:
+    """(line, column) where a parsed node ends. The stubs type them Optional, for nodes built by
+    hand; the tools position only nodes the parser made, which always have them."""
+    if node.end_lineno is None or node.end_col_offset is None:
+        raise ValueError(f"{type(node).__name__} at line {node.lineno} has no end (built, not parsed)")
+    return node.end_lineno, node.end_col_offset
+
+
+def last_line(node: Positioned) -> int:
+    return end(node)[0]
 
 
 # CPython 3.11 counts the depth of its parse-tree-to-object conversion per interpreter, not per

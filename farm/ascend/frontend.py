@@ -286,12 +286,13 @@ def record_child(report, path: str, cls_name: str, init_inputs: list | None, inp
     triton.runtime.driver.set_active(_AscendHostDriver())
     report("load")
     spec = importlib.util.spec_from_file_location("farm_frontend_candidate", path)
+    assert spec is not None and spec.loader is not None  # a .py path always has both
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cls = getattr(module, cls_name, None)
     if not isinstance(cls, type):
         raise FarmError(f"{path} defines no class {cls_name}")
-    if inputs is None:
+    if inputs is None or init_inputs is None:  # the file's own, drawn together
         torch.manual_seed(0)
         init_inputs = list(module.get_init_inputs())
         inputs = list(module.get_inputs())

@@ -6,8 +6,12 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass
+from typing import TypeGuard
 
 from farm.pyast import dotted_name as dotted
+
+# a def of host code, where a launch or a binding is looked for
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 UB_BYTES = 96 * 1024  # A2/A3 unified buffer is 192 KB; double buffering (default) halves it
 
@@ -58,7 +62,7 @@ class Finding:
         return asdict(self)
 
 
-def is_kernel(fn: ast.AST) -> bool:
+def is_kernel(fn: ast.AST) -> TypeGuard[ast.FunctionDef]:
     return isinstance(fn, ast.FunctionDef) and any(
         dotted(d.func if isinstance(d, ast.Call) else d) in JIT_DECORATORS for d in fn.decorator_list)
 
@@ -67,11 +71,11 @@ def kernel_defs(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in tree.body if is_kernel(n)}
 
 
-def params(fn: ast.FunctionDef) -> list[str]:
+def params(fn: Function) -> list[str]:
     return [a.arg for a in fn.args.posonlyargs + fn.args.args]
 
 
-def constexprs(fn: ast.FunctionDef) -> set[str]:
+def constexprs(fn: Function) -> set[str]:
     return {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
             if a.annotation is not None and dotted(a.annotation).endswith("constexpr")}
 
@@ -90,7 +94,7 @@ def call_name(node: ast.AST) -> str:
     return ""
 
 
-def is_tl_call(node: ast.AST, *names: str) -> bool:
+def is_tl_call(node: ast.AST | None, *names: str) -> TypeGuard[ast.Call]:
     """A call of triton.language (tl.X, triton.language.X, or a bare imported X)."""
     if not isinstance(node, ast.Call) or call_name(node) not in names:
         return False
@@ -116,7 +120,7 @@ def is_method(node: ast.Call) -> bool:
     return not base or base.split(".")[0] not in MODULE_PREFIXES
 
 
-def is_arange_of(node: ast.AST, block: str) -> bool:
+def is_arange_of(node: ast.AST, block: str) -> TypeGuard[ast.Call]:
     """tl.arange(0, BLOCK)."""
     if not is_tl_call(node, "arange") or len(node.args) != 2:
         return False
@@ -136,7 +140,7 @@ class Launch:
     call: ast.Call
     kernel: str
     grid: ast.expr
-    func: ast.FunctionDef | None
+    func: Function | None
 
     def keyword(self, name: str) -> ast.keyword | None:
         return next((kw for kw in self.call.keywords if kw.arg == name), None)
@@ -163,7 +167,7 @@ def find_launches(tree: ast.Module, kernels: dict[str, ast.FunctionDef]) -> list
     return sorted(found, key=lambda la: (la.call.lineno, la.call.col_offset))
 
 
-def enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.FunctionDef | None:
+def enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> Function | None:
     while id(node) in parents:
         node = parents[id(node)]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -180,7 +184,7 @@ def module_constants(tree: ast.Module) -> dict[str, ast.expr]:
     return found
 
 
-def host_value(expr: ast.expr | None, tree: ast.Module, func: ast.AST | None, line: int, depth: int = 0) -> int | None:
+def host_value(expr: ast.expr | None, tree: ast.Module, func: Function | None, line: int, depth: int = 0) -> int | None:
     """An int (or an upper bound of it, through min()) that a host expression has, if it is fixed."""
     if expr is None or depth > 8:
         return None
@@ -209,7 +213,7 @@ def host_value(expr: ast.expr | None, tree: ast.Module, func: ast.AST | None, li
     return None
 
 
-def _binding(name: str, tree: ast.Module, func: ast.AST | None, line: int) -> ast.expr | None:
+def _binding(name: str, tree: ast.Module, func: Function | None, line: int) -> ast.expr | None:
     if func is not None:
         stores = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name
                   and isinstance(n.ctx, ast.Store) and n.lineno < line]

@@ -145,7 +145,7 @@ def rule_cuda_device(src: Source) -> Iterator[Finding]:
         elif isinstance(node, ast.Attribute) and node.attr == "get_active_torch_device":
             yield Finding(node.lineno, "cuda-device", "get_active_torch_device() is missing from triton-ascend 3.2's "
                           "NPUDriver: use torch.device('npu', torch.npu.current_device())")
-        elif _device_property(node):
+        elif isinstance(node, (ast.Attribute, ast.Constant)) and _device_property(node):
             yield Finding(node.lineno, "device-props", f"{_device_property(node)}: Ascend device properties are "
                           "num_aicore / num_vectorcore (max_shared_mem is a dummy)")
         elif isinstance(node, ast.Attribute) and node.attr == "is_cuda":
@@ -156,7 +156,7 @@ def rule_cuda_device(src: Source) -> Iterator[Finding]:
                 yield Finding(node.lineno, "cuda-device", ".is_cuda is False for NPU tensors", "warning")
 
 
-def _in_assert(src: Source, node: ast.AST) -> bool:
+def _in_assert(src: Source, node: ast.AST | None) -> bool:
     while node is not None and not isinstance(node, (ast.stmt, ast.Module)):
         node = src.parents.get(id(node))
     return isinstance(node, ast.Assert)
@@ -202,8 +202,8 @@ def rule_grid(src: Source) -> Iterator[Finding]:
             yield Finding(line, "grid-limit", f"{launch.kernel}: grid {ast.unparse(launch.grid)} is not a tuple; "
                           f"keep its product <= {GRID_LIMIT}", "warning")
             continue
-        values = [host_value(d, src.tree, launch.func, line) for d in dims]
-        if all(v is not None for v in values):
+        values = [v for d in dims if (v := host_value(d, src.tree, launch.func, line)) is not None]
+        if len(values) == len(dims):
             if math.prod(values) > GRID_LIMIT:
                 yield Finding(line, "grid-limit", f"{launch.kernel}: {math.prod(values)} programs > {GRID_LIMIT}")
             continue
@@ -302,7 +302,7 @@ def int32_stride_products(fn: ast.FunctionDef) -> list[tuple[ast.BinOp, ast.expr
 def _in_order(fn: ast.FunctionDef) -> list[ast.AST]:
     """Nodes of a function in source order (statements before their sub-expressions)."""
     nodes = [n for n in ast.walk(fn) if hasattr(n, "lineno") and n is not fn]
-    return sorted(nodes, key=lambda n: (n.lineno, n.col_offset, -getattr(n, "end_lineno", 0)))
+    return sorted(nodes, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0), -getattr(n, "end_lineno", 0)))
 
 
 def _pid32(node: ast.AST, tainted: set[str]) -> bool:
@@ -361,9 +361,8 @@ def _literal_dims(call: ast.Call) -> list[int] | None:
     items = call.args[1:] if is_tl_call(call, "permute", "trans") else call.args
     if len(items) == 1 and isinstance(items[0], (ast.Tuple, ast.List)):
         items = items[0].elts
-    if items and all(isinstance(i, ast.Constant) and isinstance(i.value, int) for i in items):
-        return [i.value for i in items]
-    return None
+    values = [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, int)]
+    return values if items and len(values) == len(items) else None
 
 
 def _adjacent_swap(dims: list[int]) -> bool:

@@ -51,7 +51,7 @@ class Fact:
     """One thing a kernel does to a tile, with where it happens."""
 
     kind: str  # bind | reduce | scan | reshape | load | store | atomic | call
-    node: ast.AST
+    node: ast.stmt | ast.expr
     info: Info  # the bound value (bind), else the operand / pointer
     loops: tuple[ast.AST, ...]
     name: str = ""
@@ -59,12 +59,13 @@ class Fact:
 
 
 def _broadcast(infos: list[Info]) -> Info:
-    if any(i.shape is None for i in infos):
+    shapes = [i.shape for i in infos if i.shape is not None]
+    if len(shapes) < len(infos):
         return UNKNOWN
-    rank = max((len(i.shape) for i in infos), default=0)
-    dims = []
+    rank = max((len(s) for s in shapes), default=0)
+    dims: list[int | str] = []
     for pos in range(rank):
-        seen = {i.shape[pos - rank + len(i.shape)] for i in infos if pos - rank + len(i.shape) >= 0} - {1}
+        seen = {s[pos - rank + len(s)] for s in shapes if pos - rank + len(s) >= 0} - {1}
         dims.append(seen.pop() if len(seen) == 1 else (1 if not seen else "?"))
     tensors = [i.nbytes for i in infos if i.shape]
     return Info(tuple(dims), max(tensors) if tensors else 4)
@@ -122,7 +123,7 @@ class KernelShapes:
             for elt in target.elts:
                 self._bind(elt, UNKNOWN, stmt)
 
-    def _fact(self, kind: str, node: ast.AST, info: Info, axis: int | None = None) -> None:
+    def _fact(self, kind: str, node: ast.expr, info: Info, axis: int | None = None) -> None:
         self.facts.append(Fact(kind, node, info, tuple(self.loops), axis=axis))
 
     def expr(self, node: ast.AST) -> Info:
@@ -158,7 +159,8 @@ class KernelShapes:
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if base.shape is None or not all(_is_none(i) or _is_full_slice(i) for i in items):
             return UNKNOWN
-        dims, rest = [], list(base.shape)
+        dims: list[int | str] = []
+        rest = list(base.shape)
         for item in items:
             if _is_none(item):
                 dims.append(1)
@@ -201,6 +203,7 @@ class KernelShapes:
         return UNKNOWN if kind == "reshape" or any(i.shape != () for i in args + list(kwargs.values())) else SCALAR
 
     def _method(self, node: ast.Call, name: str) -> Info:
+        assert isinstance(node.func, ast.Attribute)  # is_method(node)
         this = self.expr(node.func.value)
         if name == "to":
             return Info(this.shape, dtype_bytes(arg(node, 0, "dtype")))
@@ -279,8 +282,8 @@ def _eval_int(node: ast.AST, values: dict[str, int]) -> int | None:
 def tile_bytes(info: Info, values: dict[str, int]) -> int | None:
     if info.shape is None:
         return None
-    sizes = [eval_dim(d, values) for d in info.shape]
-    return None if any(s is None for s in sizes) else math.prod(sizes) * info.nbytes
+    sizes = [s for d in info.shape if (s := eval_dim(d, values)) is not None]
+    return None if len(sizes) < len(info.shape) else math.prod(sizes) * info.nbytes
 
 
 def live_peak(shapes: KernelShapes, values: dict[str, int]) -> tuple[int, list[tuple[str, int]], set[str]]:
@@ -305,9 +308,10 @@ def live_peak(shapes: KernelShapes, values: dict[str, int]) -> tuple[int, list[t
         if isinstance(node, ast.Name) and node.id in first and isinstance(node.ctx, ast.Load):
             end = node.lineno
             for loop in loops:
-                inside = loop.lineno <= node.lineno <= loop.end_lineno
-                if inside and not loop.lineno <= first[node.id] <= loop.end_lineno:
-                    end = max(end, loop.end_lineno)
+                last_line = pyast.last_line(loop)
+                inside = loop.lineno <= node.lineno <= last_line
+                if inside and not loop.lineno <= first[node.id] <= last_line:
+                    end = max(end, last_line)
             last[node.id] = max(last[node.id], end)
     best, at = 0, []
     for line in sorted(set(first.values()) | set(last.values())):
@@ -335,7 +339,7 @@ def autotune_values(kernel: ast.FunctionDef, tree: ast.Module) -> dict[str, int]
             if isinstance(call, ast.Call) and dotted(call.func) in ("triton.Config", "Config") \
                     and call.args and isinstance(call.args[0], ast.Dict):
                 for key, value in zip(call.args[0].keys, call.args[0].values):
-                    if isinstance(key, ast.Constant) and isinstance(value, ast.Constant) \
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Constant) \
                             and isinstance(value.value, int) and not isinstance(value.value, bool):
                         found[key.value] = max(found.get(key.value, value.value), value.value)
     return found
@@ -353,7 +357,7 @@ def launch_constexprs(launch: Launch, kernel: ast.FunctionDef, tree: ast.Module)
 
 def grid_dims(launch: Launch, tree: ast.Module) -> list[ast.expr] | None:
     """The grid's dimension expressions, when the grid is a tuple (directly or via one name)."""
-    grid = launch.grid
+    grid: ast.expr | None = launch.grid
     if isinstance(grid, ast.Name):
         grid = _binding(grid.id, tree, launch.func, launch.call.lineno)
     if isinstance(grid, (ast.Tuple, ast.List)):

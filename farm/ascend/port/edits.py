@@ -13,6 +13,7 @@ from farm.ascend.lint import (
     UB_BYTES,
     mentions,
 )
+from farm.pyast import Positioned
 from farm.pyast import dotted_name as dotted
 
 log = logging.getLogger(__name__)
@@ -58,16 +59,16 @@ class Edits:
         line = self.lines[lineno - 1] if lineno <= len(self.lines) else ""
         return self.starts[lineno - 1] + len(line.encode()[:col].decode("utf-8", "ignore"))
 
-    def start(self, node: ast.AST) -> int:
+    def start(self, node: Positioned) -> int:
         return self.pos(node.lineno, node.col_offset)
 
-    def end(self, node: ast.AST) -> int:
-        return self.pos(node.end_lineno, node.end_col_offset)
+    def end(self, node: Positioned) -> int:
+        return self.pos(*pyast.end(node))
 
-    def seg(self, node: ast.AST) -> str:
+    def seg(self, node: Positioned) -> str:
         return self.text[self.start(node):self.end(node)]
 
-    def replace(self, node: ast.AST, new: str) -> None:
+    def replace(self, node: Positioned, new: str) -> None:
         self.edits.append((self.start(node), self.end(node), new))
 
     def delete(self, start: int, end: int) -> None:
@@ -110,7 +111,7 @@ def _replace_lines(text: str, first: int, last: int, block: str) -> str:
     return "".join(lines[:first - 1]) + block + "".join(lines[last:])
 
 
-def _leading(src: Edits, node: ast.AST) -> str:
+def _leading(src: Edits, node: Positioned) -> str:
     line = src.lines[node.lineno - 1]
     return line[:len(line) - len(line.lstrip())]
 
@@ -119,7 +120,7 @@ def _atomic(node: ast.AST) -> bool:
     return isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant))
 
 
-def _paren(src: Edits, node: ast.AST) -> str:
+def _paren(src: Edits, node: ast.expr) -> str:
     return src.seg(node) if _atomic(node) else f"({src.seg(node)})"
 
 
@@ -155,9 +156,9 @@ def _append_params(src: Edits, fn: ast.FunctionDef, text: str) -> None:
 
 
 def _append_args(src: Edits, call: ast.Call, text: str) -> None:
-    items = [*call.args, *call.keywords]
+    items: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
     if items:
-        last = max(items, key=lambda n: (n.end_lineno, n.end_col_offset))
+        last = max(items, key=pyast.end)
         src.insert(src.end(last), f", {text}")
     else:
         src.insert(src.end(call) - 1, text)
@@ -185,7 +186,7 @@ def _header_end(tree: ast.Module) -> int:
                                                     for s in stmt.body)
         if not (doc or guarded or _ours(stmt) or isinstance(stmt, (ast.Import, ast.ImportFrom))):
             break
-        last = stmt.end_lineno
+        last = pyast.last_line(stmt)
     return last
 
 
@@ -198,7 +199,7 @@ def _imports_end(tree: ast.Module) -> int:
             if isinstance(stmt, ast.Try) and not all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Try))
                                                      for s in stmt.body):
                 break
-            last = stmt.end_lineno
+            last = pyast.last_line(stmt)
         else:
             break
     return last
@@ -255,7 +256,7 @@ def _with_torch_npu(text: str) -> str:
             handler = stmt.handlers[0].body if stmt.handlers else []
             if any(isinstance(s, ast.Assign) and mentions(s, "torch_npu") for s in handler):
                 return text
-            return _replace_lines(text, stmt.lineno, stmt.end_lineno, TORCH_NPU)
+            return _replace_lines(text, stmt.lineno, pyast.last_line(stmt), TORCH_NPU)
         if isinstance(stmt, ast.Import) and [a.name for a in stmt.names] == ["torch_npu"] and not stmt.names[0].asname:
-            return _replace_lines(text, stmt.lineno, stmt.end_lineno, TORCH_NPU)
+            return _replace_lines(text, stmt.lineno, pyast.last_line(stmt), TORCH_NPU)
     return _insert_lines(text, _imports_end(tree) + 1, TORCH_NPU)

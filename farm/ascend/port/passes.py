@@ -19,6 +19,7 @@ from farm.ascend.lint import (
     kernel_defs,
     params,
 )
+from farm.ascend.lint.analysis import Function
 from farm.ascend.port.edits import (
     DEVICE_API_LINE,
     DEVICE_LINE,
@@ -79,7 +80,7 @@ def pass_libdevice(source: str, ctx: PortContext) -> str:
             need_name = True
     text = src.result()
     for stmt, block in sorted(statements, key=lambda p: -p[0].lineno):
-        text = _replace_lines(text, stmt.lineno, stmt.end_lineno, block)
+        text = _replace_lines(text, stmt.lineno, pyast.last_line(stmt), block)
     if need_name and "libdevice" not in _module_names(pyast.parse(text)):
         text = _insert_lines(text, _header_end(pyast.parse(text)) + 1, _guarded_libdevice("", "", "libdevice"))
     return text
@@ -89,7 +90,7 @@ CUDA_LAUNCH_OPTIONS = {"num_warps", "num_stages"}
 
 
 def _drop_keywords(src: Edits, call: ast.Call, names: set[str]) -> list[ast.keyword]:
-    items = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
+    items: list[ast.expr | ast.keyword] = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
     gone = [i for i in items if isinstance(i, ast.keyword) and i.arg in names]
     for item in gone:
         idx = next(k for k, i in enumerate(items) if i is item)
@@ -134,14 +135,15 @@ def _drop_dead_locals(src: Edits, dropped: list[ast.keyword]) -> None:
                        and isinstance(s.targets[0], ast.Name) and s.targets[0].id == name]
             if len(assigns) == len(stores) and all(_alone_on_lines(src, s, fn) for s in assigns):
                 for s in assigns:
-                    src.delete(src.starts[s.lineno - 1], src.starts[s.end_lineno])
+                    src.delete(src.starts[s.lineno - 1], src.starts[pyast.last_line(s)])
 
 
 def _alone_on_lines(src: Edits, stmt: ast.stmt, fn: ast.FunctionDef) -> bool:
+    last, end_col = pyast.end(stmt)
     others = [s for s in ast.walk(fn) if isinstance(s, ast.stmt) and s is not stmt and s is not fn
-              and not (s.lineno > stmt.end_lineno or s.end_lineno < stmt.lineno)]
-    line = src.lines[stmt.end_lineno - 1]
-    tail = line.encode()[stmt.end_col_offset:].decode("utf-8", "ignore").strip()
+              and not (s.lineno > last or pyast.last_line(s) < stmt.lineno)]
+    line = src.lines[last - 1]
+    tail = line.encode()[end_col:].decode("utf-8", "ignore").strip()
     head = src.lines[stmt.lineno - 1][:stmt.col_offset]
     return not others and (not tail or tail.startswith("#")) and not head.strip()
 
@@ -152,7 +154,7 @@ TENSOR_ATTRS = {"shape", "device", "dtype", "stride", "numel", "contiguous", "si
                 "dim", "element_size", "data_ptr", "new_empty", "float", "half"}
 
 
-def _tensor_param(fn: ast.FunctionDef | None) -> str | None:
+def _tensor_param(fn: Function | None) -> str | None:
     """The first argument of a host function that is used as a tensor."""
     if fn is None:
         return None
@@ -168,7 +170,7 @@ def pass_device(source: str, ctx: PortContext) -> str:
     src = Edits(source)
     need: set[str] = set()
     for node in lint_src.host_walk():
-        if lint_src.guarded(node):
+        if lint_src.guarded(node) or not isinstance(node, ast.expr):  # only expressions are rewritten
             continue
         parent = lint_src.parents.get(id(node))
         new = _device_rewrite(src, node, parent, enclosing_function(node, lint_src.parents))
@@ -192,7 +194,7 @@ def _binds_device(node: ast.AST, src) -> bool:
     return isinstance(node, ast.Assign) and any(dotted(t) == "DEVICE" for t in node.targets)
 
 
-def _device_rewrite(src: Edits, node: ast.AST, parent: ast.AST | None, fn: ast.FunctionDef | None) -> str | None:
+def _device_rewrite(src: Edits, node: ast.expr, parent: ast.AST | None, fn: Function | None) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and CUDA_STRING.match(node.value) \
             and device_position(node, parent):
         tensor = _tensor_param(fn)

@@ -43,7 +43,7 @@ def _early_returns_removed(source: str, name: str) -> str | None:
         body = _body(kernel_defs(src.tree)[name])
         last = body[-1]
         if isinstance(last, ast.Return) and last.value is None and len(body) > 1:
-            source = _replace_lines(source, last.lineno, last.end_lineno, "")
+            source = _replace_lines(source, last.lineno, pyast.last_line(last), "")
             continue
         guard = next((i for i, s in enumerate(body) if isinstance(s, ast.If) and not s.orelse and len(s.body) == 1
                       and isinstance(s.body[0], ast.Return) and s.body[0].value is None), None)
@@ -51,17 +51,18 @@ def _early_returns_removed(source: str, name: str) -> str | None:
             fn = kernel_defs(src.tree)[name]
             return None if any(isinstance(n, ast.Return) for n in ast.walk(fn)) else source
         stmt, rest = body[guard], body[guard + 1:]
+        assert isinstance(stmt, ast.If)  # as the guard was found
         head = f"{_leading(src, stmt)}if not ({src.seg(stmt.test)}):\n"
         if not rest:
-            source = _replace_lines(source, stmt.lineno, stmt.end_lineno, "")
+            source = _replace_lines(source, stmt.lineno, pyast.last_line(stmt), "")
             continue
-        source = _indent_lines(source, rest[0].lineno, rest[-1].end_lineno)
-        source = _replace_lines(source, stmt.lineno, stmt.end_lineno, head)
+        source = _indent_lines(source, rest[0].lineno, pyast.last_line(rest[-1]))
+        source = _replace_lines(source, stmt.lineno, pyast.last_line(stmt), head)
     return None
 
 
 def _program_ids(fn: ast.FunctionDef) -> list[tuple[ast.Call, int]] | None:
-    found = []
+    found: list[tuple[ast.Call, int]] = []
     for node in ast.walk(fn):
         if is_tl_call(node, "num_programs"):
             return None  # already loops over programs
@@ -84,8 +85,9 @@ def _persistent_plan(tree: ast.Module, name: str) -> tuple[list, list[list[ast.e
     helpers = {c.func.id for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
     if any(_program_ids(kernels[h]) != [] for h in helpers & set(kernels)):
         return None  # a helper reads program ids itself
-    dims = [grid_dims(la, tree) for la in launches]
-    if any(d is None for d in dims) or len({len(d) for d in dims}) != 1 or not 1 <= len(dims[0]) <= 3:
+    found = [grid_dims(la, tree) for la in launches]
+    dims = [d for d in found if d is not None]
+    if len(dims) < len(found) or len({len(d) for d in dims}) != 1 or not 1 <= len(dims[0]) <= 3:
         return None
     if max(axis for _, axis in ids) >= len(dims[0]) \
             or any(kw.arg is None for la in launches for kw in la.call.keywords):
@@ -97,21 +99,25 @@ def _make_persistent(source: str, name: str, ctx: PortContext) -> str:
     if _persistent_plan(pyast.parse(source), name) is None:
         return source
     flat = _early_returns_removed(source, name)
-    plan = _persistent_plan(pyast.parse(flat), name) if flat is not None else None
-    if plan is None:
+    if flat is None:
         return source
     src = Edits(flat)
-    launches, dims = _persistent_plan(src.tree, name)
+    plan = _persistent_plan(src.tree, name)
+    if plan is None:
+        return source
+    launches, dims = plan
     fn = kernel_defs(src.tree)[name]
     tl, rank = _tl(src.tree), len(dims[0])
     pids = [_unique(src.tree, f"pid{k}") for k in range(rank)]
     sizes = [_unique(src.tree, f"num_pid{k}") for k in range(rank)]
     reuse = _pid_statement(fn) if rank == 1 else None
     if reuse is not None:  # `pid = tl.program_id(0)` becomes the loop variable itself
-        pids[0] = reuse.targets[0].id
-        src.delete(src.starts[reuse.lineno - 1], src.starts[reuse.end_lineno])
+        target = reuse.targets[0]
+        assert isinstance(target, ast.Name)  # as _pid_statement found it
+        pids[0] = target.id
+        src.delete(src.starts[reuse.lineno - 1], src.starts[pyast.last_line(reuse)])
     cast = rank == 1 and _pid_is_receiver(fn, pids[0])
-    for call, axis in _program_ids(fn):
+    for call, axis in _program_ids(fn) or ():  # the plan found them
         if reuse is None or call is not reuse.value:
             src.replace(call, pids[axis])
     _append_params(src, fn, ", ".join(sizes))
@@ -129,7 +135,7 @@ def _make_persistent(source: str, name: str, ctx: PortContext) -> str:
     body = body[_invariant_prefix(kernel, body, set(pids) | set(sizes)):]
     indent = _leading(Edits(text), body[0])
     head = _loop_head(indent, tl, pids, sizes, _unique(fn, "task"), cast)
-    text = _insert_lines(_indent_lines(text, body[0].lineno, body[-1].end_lineno), body[0].lineno, head)
+    text = _insert_lines(_indent_lines(text, body[0].lineno, pyast.last_line(body[-1])), body[0].lineno, head)
     return _define(text, cores, _cores_line(cores, ctx))
 
 
@@ -145,12 +151,16 @@ def _invariant_prefix(fn: ast.FunctionDef, body: list[ast.stmt], loop_names: set
             stores[node.id] = stores.get(node.id, 0) + 1
     count = 0
     for stmt in body[:-1]:  # the loop keeps at least one statement
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
-            if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else None
-        if targets is None or not all(isinstance(t, ast.Name) and stores.get(t.id) == 1 for t in targets):
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        else:
             break
-        if mentions(stmt.value, loop_names) or any(isinstance(n, ast.Call) and call_name(n) not in PURE_CALLS
-                                                  for n in ast.walk(stmt.value)):
+        if not all(isinstance(t, ast.Name) and stores.get(t.id) == 1 for t in targets):
+            break
+        if mentions(value, loop_names) or any(isinstance(n, ast.Call) and call_name(n) not in PURE_CALLS
+                                              for n in ast.walk(value)):
             break  # reads a program id, or memory another task may write: per task
         count += 1
     return count
@@ -164,8 +174,8 @@ def _pid_statement(fn: ast.FunctionDef) -> ast.Assign | None:
             target = stmt.targets[0].id
             stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == target
                       and isinstance(n.ctx, ast.Store)]
-            if len(stores) == 1 and len(_body(fn)) > 1 and _program_ids(fn) and \
-                    all(a == 0 for _, a in _program_ids(fn)):
+            ids = _program_ids(fn)
+            if len(stores) == 1 and len(_body(fn)) > 1 and ids and all(a == 0 for _, a in ids):
                 return stmt
     return None
 

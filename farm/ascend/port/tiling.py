@@ -121,6 +121,8 @@ def _subtile(source: str, name: str, block: str, cap: int) -> str:
     src = Edits(source)
     fn = kernel_defs(src.tree)[name]
     region = subtile_region(fn, block)
+    if region is None:  # the caller found one
+        return source
     sub, sub_block = _unique(fn, "sub"), _unique(src.tree, f"{block}_SUB")
     tl = _tl(src.tree)
     for node in (n for s in region for n in ast.walk(s)):
@@ -133,7 +135,7 @@ def _subtile(source: str, name: str, block: str, cap: int) -> str:
     _append_params(src, fn, f"{sub_block}: {tl}.constexpr")
     for launch in _launches_pass(src.tree, name, block):
         _append_args(src, launch.call, f"{sub_block}=min({src.seg(launch.keyword(block).value)}, {cap})")
-    first, last, indent = region[0].lineno, region[-1].end_lineno, _leading(src, region[0])
+    first, last, indent = region[0].lineno, pyast.last_line(region[-1]), _leading(src, region[0])
     text = _indent_lines(src.result(), first, last)
     return _insert_lines(text, first, f"{indent}for {sub} in range(0, {block}, {sub_block}):\n")
 
@@ -202,8 +204,8 @@ def _accumulators(fn: ast.FunctionDef, loops: list[ast.For]) -> dict[str, str] |
     return found
 
 
-def _within(node: ast.AST, loop: ast.AST) -> bool:
-    return loop.lineno <= node.lineno <= loop.end_lineno and node is not loop
+def _within(node: ast.stmt, loop: ast.stmt) -> bool:
+    return loop.lineno <= node.lineno <= pyast.last_line(loop) and node is not loop
 
 
 def _update_kind(stmt: ast.stmt, name: str) -> str | None:
