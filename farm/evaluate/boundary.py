@@ -34,6 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def python_paths(extra_pythonpath: str = "") -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def toolchain_paths(env: dict[str, str] | None = None) -> list[Path]:
+def toolchain_paths(env: Mapping[str, str] | None = None) -> list[Path]:
     """Installation prefixes of the C compiler Triton builds its launcher with (`CC`, else gcc,
     cc or clang on PATH), where they lie outside /usr: a CUDA image with gcc in /opt/gcc made
     every candidate a runtime_error (no such file '/opt/gcc/bin/gcc') inside the boundary."""
@@ -186,8 +187,8 @@ def toolchain_paths(env: dict[str, str] | None = None) -> list[Path]:
 SCRATCH = Path("/scratch")  # a runner's folder inside the boundary (scratch_mb given to wrap)
 
 
-def wrap(argv: list[str], *, scratch: Path, env: dict[str, str], devices: list[str] = (),
-         read_only: list = (), writable: list = (), scratch_mb: int | None = None,
+def wrap(argv: list[str], *, scratch: Path, env: dict[str, str], devices: Sequence[str] = (),
+         read_only: Sequence = (), writable: Sequence = (), scratch_mb: int | None = None,
          tmp_mb: int = TMP_MB) -> list[str]:
     """The bwrap command line that runs `argv` inside the boundary, in `scratch`: `devices`
     (device files) as they are, `read_only` and the Python environment read-only, `writable`

@@ -6,7 +6,7 @@ harness names it relies on are watched by sandbox_child._WATCHED."""
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -16,9 +16,36 @@ from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import clone_values, to_cpu
 
+if TYPE_CHECKING:
+    from farm.targets import DeviceSpec
+
+
+class LaunchLog(Protocol):
+    """sandbox_child.LaunchLog (which imports this module), as a round uses it."""
+
+    compile_only: bool
+    capture_stream: Any
+    tuned: list
+
+    def reset(self) -> None: ...
+
+    def summary(self) -> dict: ...
+
 
 class RoundsMixin:
     """Mixed into sandbox_child.Runner: uses its model(s), input sets, timer and launch log."""
+
+    # the Runner's, set by its __init__
+    spec: DeviceSpec
+    model: torch.nn.Module | None
+    models: dict[str, torch.nn.Module]
+    inputs: dict[str, list]
+    graphs: dict[tuple, Any]
+    timer: timing.DeviceTimer
+    launches: LaunchLog
+
+    if TYPE_CHECKING:
+        def _forward(self, dev_inputs: list) -> Any: ...
 
     def warm(self, key: str) -> dict:
         """Compile-ahead (farm.evaluate.ahead): forward on an input set with every Triton launch

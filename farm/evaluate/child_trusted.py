@@ -12,10 +12,24 @@ the current model or as a slot."""
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TrustedMixin:
     """Mixed into sandbox_child.Runner: uses its `_instantiate`, `unload`, `models`, `graphs`."""
+
+    # the Runner's, set by its __init__
+    model: torch.nn.Module | None
+    models: dict[str, torch.nn.Module]
+    graphs: dict[tuple, Any]
+    built: dict[tuple, torch.nn.Module]
+
+    if TYPE_CHECKING:
+        def _instantiate(self, cls: type, init_inputs: list) -> dict: ...
+        def unload(self) -> dict: ...
 
     def load_task(self, path: str, source: str, shapes: str, which: str, init_inputs: list,
                   policy=None, slot: str | None = None,

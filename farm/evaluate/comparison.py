@@ -15,6 +15,7 @@ from farm.evaluate import speedup as speedups
 from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
 from farm.evaluate.sandbox import SandboxDied, close_all
+from farm.evaluate.state import EvaluatorState
 from farm.evaluate.timer import RoundClock
 from farm.evaluate.verifier import Case
 
@@ -26,13 +27,19 @@ PER_CALL_KEYS = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "host_medi
                  "probe_check", "host_check")
 
 
-class Comparison:
+class Comparison(EvaluatorState):
     """Mixed into Evaluator; every method uses its runners (`candidates`, `references`)."""
 
     _pinned = False  # a timing of this evaluator holds the device and has pinned its runners
     _cut = 0
     _mix_case = None  # the case of the serving mix being timed (farm.evaluate.mix_timing)
     _mix_calls = 0  # its graph size
+    # set by the Evaluator's __init__
+    _op_timing: dict | None  # the op's timing mode, chosen once (op_timing)
+    _slots: tuple[tuple[int, int], dict[str, str]] | None  # ((runner id, its starts), {slot: "" or error})
+    _floor: dict | None
+    _null_run: bool  # the candidate runner holds the task's own Model (the null check)
+    _started: float  # when the candidate's evaluation began
 
     @contextmanager
     def _device(self, phase: str, pin: bool = False) -> Iterator[None]:
@@ -44,7 +51,7 @@ class Comparison:
         a busy neighbour cannot hold the runner on one core."""
         outer = pin and phase == TIMING and not self._pinned and not self.spec.target.interpret
         with self.lease.hold(phase):
-            cpu = quiet.timing_cpu(self.spec.index) if outer else None
+            cpu = quiet.timing_cpu(self.spec.index or 0) if outer else None  # no index: a host target
             if cpu is None:
                 yield
                 return
@@ -129,12 +136,13 @@ class Comparison:
                     reply = self.references.call("time_round", self.settings.limits.time_s, slot=original, keys=keys,
                                                  mode="graph", reps=self.settings.round_reps, calls=calls,
                                                  inplace_args=self.task.inplace_args)
-                except SandboxDied as exc:
-                    reply = {"ok": True, "capture_error": "capture_failed", "detail": str(exc)[:300]}
-                if reply.get("capture_error"):
-                    capture_error = reply["capture_error"]
-                elif reply.ok:
-                    graph_ms = sorted(reply["samples"])[len(reply["samples"]) // 2]
+                except SandboxDied:  # the capture took the runner down
+                    capture_error = "capture_failed"
+                else:
+                    if reply.get("capture_error"):
+                        capture_error = reply["capture_error"]
+                    elif reply.ok:
+                        graph_ms = sorted(reply["samples"])[len(reply["samples"]) // 2]
             per_call = self.baseline().get(f"{(original or 'model').lower()}_timing") or {}
             mode, reason = timing.choose_mode(self.settings.mode, self.spec.target, graph_ms, capture_error,
                                               self.settings.graph_threshold_ms, per_call.get("host_bound", 0.0))
@@ -300,6 +308,7 @@ class Comparison:
         result.speedup_vs_reference = (comparison.get("reference") or {}).get("ratio")
         result.suspicious = bool(result.speedup_vs_reference and result.speedup_vs_reference > SUSPICIOUS_SPEEDUP)
         result.baseline = {k: v for k, v in self.baseline().items() if not k.endswith("_timing")}
+        assert result.timing is not None  # the time stage ran first
         result.limit = self._limit(result.timing["median_ms"], mode)
         if not self._null_run:
             mix_timing.time_mix(self, result, mode, ready, rounds)
@@ -435,6 +444,7 @@ class Comparison:
         finally:
             self._retire()
         model = result.comparison.get("model")
+        assert result.timing is not None  # verified and timed, or returned above
         # the null check only where it can decide: a ratio that cannot clear the bar even over a
         # null of 1.0 is not promoted whatever the Model does against itself (its fresh runner and
         # rounds held the device for about a second of every op)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 from farm.config import Settings, environment_settings
 from farm.corpus import modes
@@ -51,11 +50,12 @@ from farm.evaluate import lease as device_lease
 from farm.evaluate import pids, profiles, space_cases, static_checks, timed_checks, timing
 from farm.evaluate.ahead import CompileAhead
 from farm.evaluate.comparison import Comparison
+from farm.evaluate.eval_settings import EvalSettings
 from farm.evaluate.pool import RunnerPool
+from farm.evaluate.protocol import Reply
 from farm.evaluate.result import LOG_CHARS, REASON_CHARS, EvalResult
 from farm.evaluate.result import Stop as _Stop
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
-from farm.evaluate.timing import GRAPH_THRESHOLD_MS
+from farm.evaluate.sandbox import Sandbox, SandboxDied, close_all
 from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.verifier import Verifier
 from farm.masking import mask_secrets, secret_values
@@ -73,47 +73,6 @@ STAGE_PHASE = {"compile": device_lease.VERIFICATION, "verify": device_lease.VERI
                "verify_backward": device_lease.VERIFICATION, "probes": device_lease.VERIFICATION,
                "time": device_lease.TIMING,
                "compare": device_lease.TIMING, "time_backward": device_lease.TIMING}
-
-
-@dataclass
-class EvalSettings:
-    fresh_seeds: int = 2
-    timing: dict = field(default_factory=dict)  # options for farm.evaluate.timing.measure
-    limits: Limits = field(default_factory=Limits)
-    # where the target's events time only the device (Target.host_check: cuda): a call whose host
-    # time is this many times its event time (and 2 ms more) did work the events did not see
-    unseen_work_ratio: float = 4.0
-    sandbox: str | None = None  # auto or off; None: the evaluator's settings' evaluator.sandbox
-    # python of the target's frontend check environment (triton-ascend's virtualenv,
-    # farm.ascend.frontend); None: its default lookup
-    frontend_python: str | None = None
-    profile: str = "farm"  # farm.evaluate.profiles: tolerances, trials, timing rules
-    mode: str = "auto"  # timing mode of the comparison: auto, events or graph (farm.evaluate.timing)
-    graph_threshold_ms: float = GRAPH_THRESHOLD_MS
-    rounds: int = 4  # comparison rounds per baseline, per candidate
-    round_reps: int = 20  # per-call figures (events) or graph replays in one round
-    confirm_rounds: int = 12  # the re-timing before promotion
-    # a candidate's device time is mostly timing: the per-call pass beside a comparison gives checks and
-    # a labelled figure, not the ratio (its budget, in ms; None: the profile's); a candidate whose
-    # ratios after half the rounds all stay under this share of the op's best stops there (None: never)
-    per_call_budget_ms: float | None = 100.0
-    out_of_running: float | None = 0.9
-    warm_runners: int = 1  # candidate runners kept started ahead (farm.evaluate.pool)
-    # the cases of the op's shape space verified and timed (farm.evaluate.space_cases); None:
-    # the evaluator's settings' evaluator.cases and evaluator.timed_cases
-    cases: int | None = None
-    timed_cases: str | None = None
-
-    @classmethod
-    def for_device(cls, spec: DeviceSpec, profile: str = "farm") -> EvalSettings:
-        rules = profiles.get(profile)
-        if spec.target.interpret:
-            # the interpreter is slow and its timings only rank roughly: a few repetitions,
-            # whatever the profile says about timing
-            return cls(timing={"warmup_ms": 0.0, "budget_ms": 300.0, "min_reps": 3, "max_reps": 20,
-                               "rse_target": 0.05}, fresh_seeds=rules.fresh_seeds, profile=profile,
-                       rounds=1, round_reps=2, confirm_rounds=3)
-        return cls(timing=dict(rules.timing), fresh_seeds=rules.fresh_seeds, profile=profile)
 
 
 class Evaluator(TrustedSide, Comparison):
@@ -167,7 +126,7 @@ class Evaluator(TrustedSide, Comparison):
 
             self.backward = BackwardCheck(self)
         self._op_timing: dict | None = None
-        self._slots: tuple[int, dict[str, str]] | None = None  # (runner start, {slot: "" or error})
+        self._slots: tuple[tuple[int, int], dict[str, str]] | None = None  # ((runner id, its starts), {slot: ...})
         self._floor: dict | None = None
         self._null_run = False  # the candidate runner holds the task's own Model (confirm's null check)
         self.lease = device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
@@ -245,27 +204,36 @@ class Evaluator(TrustedSide, Comparison):
 
     def _stages(self, source: str, name: str, result: EvalResult, bar: float | None = None) -> list:
         stages = [("compile", lambda _: self._compile(source, name)), ("verify", lambda first: self._verify(first, result))]
-        if self.backward is not None:
-            stages.append(("verify_backward", lambda _: self.backward.verify(result, _Stop)))
+        backward = self.backward
+        if backward is not None:
+            stages.append(("verify_backward", lambda _: backward.verify(result, _Stop)))
         stages.append(("probes", lambda _: self._put_probes()))
         stages.append(("time", lambda _: self._time(result)))
         stages.append(("compare", lambda _: self._compare_all(result, bar=bar)))
-        if self.backward is not None:
-            stages.append(("time_backward", lambda _: self.backward.time(result, _Stop)))
+        if backward is not None:
+            stages.append(("time_backward", lambda _: backward.time(result, _Stop)))
         return stages
 
     def _clean(self, text: str, limit: int) -> str:
         """Known secrets masked (before the cut, so that no half of one survives), then cut."""
         return trim(mask_secrets(text or "", self.secrets), limit)
 
+    @property
+    def _candidate(self) -> Sandbox:
+        """The current candidate's runner, which its stages use: there from the start of evaluate()."""
+        if self.candidates is None:
+            raise RuntimeError("no candidate runner outside evaluate()")
+        return self.candidates
+
     def _put(self, key: str, inputs: list) -> None:
         """Send an input set to the candidate runner unless it already keeps it."""
-        if key not in self.candidates.cached_inputs or not self.candidates.alive:
-            reply = self.candidates.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs,
-                                         output_nbytes=self.candidates.output_nbytes)
+        box = self._candidate
+        if key not in box.cached_inputs or not box.alive:
+            reply = box.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs,
+                             output_nbytes=box.output_nbytes)
             if not reply.ok:
                 raise _Stop(reply.get("kind", "runtime_error"), reply.get("error", "could not load inputs"))
-            self.candidates.cached_inputs.add(key)
+            box.cached_inputs.add(key)
 
     def _check_deadline(self, stage: str) -> None:
         if time.monotonic() - self._started > self.settings.limits.total_s:
@@ -306,25 +274,25 @@ class Evaluator(TrustedSide, Comparison):
         result.stage_s["frontend"] = time.monotonic() - t0
         if not report.ok:
             bad = report.first_failure()
-            raise _Stop("compile_error", report.summary(), log=bad.message or "")
+            raise _Stop("compile_error", report.summary(), log=(bad.message if bad else "") or "")
 
-    def _call(self, cmd: str, timeout: float, key: str | None = None, inputs: list | None = None, **args):
+    def _call(self, cmd: str, timeout: float, key: str | None = None, inputs: list | None = None, **args) -> Reply:
         if key is None:
-            reply = self.candidates.call(cmd, timeout, **args)
+            reply = self._candidate.call(cmd, timeout, **args)
         else:
-            reply = self.candidates.with_inputs(cmd, timeout, key, inputs, **args)
+            reply = self._candidate.with_inputs(cmd, timeout, key, inputs, **args)
         if not reply.ok:
             kind = reply.get("kind", "runtime_error")
             error = reply.get("error", "")
             raise _Stop(kind, error.strip().splitlines()[-1] if error.strip() else kind, error)
         return reply
 
-    def _compile(self, source: str, name: str) -> dict:
+    def _compile(self, source: str, name: str) -> Reply:
         limits = self.settings.limits
         self._call("load_source", limits.compile_s, source=source, init_inputs=self.init_inputs, name=name)
         return self._call("run", limits.compile_s, "pt", self.inputs, inplace_args=self.task.inplace_args)
 
-    def _check_run(self, reply: dict, what: str) -> None:
+    def _check_run(self, reply: Reply, what: str) -> None:
         """The runner's own account of a run. Evidence only: a candidate could hide each of
         these, and none of them can make a wrong or slower kernel pass (outputs are compared
         in this process, times held to its clock)."""
@@ -338,7 +306,7 @@ class Evaluator(TrustedSide, Comparison):
             raise _Stop("cheat", f"forward modified input(s) {reply['mutated_inputs']} during {what} "
                                  "(the task declares no in-place arguments)")
 
-    def _verify(self, first: dict, result: EvalResult) -> None:
+    def _verify(self, first: Reply, result: EvalResult) -> None:
         """Every case, compared in this process: the .pt, a second run on it (bitwise), each
         secret fresh case; then the ghost replay on the last."""
         limits = self.settings.limits
@@ -363,12 +331,12 @@ class Evaluator(TrustedSide, Comparison):
         else:  # the .pt alone (no unseen inputs): the decoy check still runs on it
             self._ghost(first["outputs"], "pt", self.inputs)
 
-    def _verify_space(self, first: dict, result: EvalResult) -> None:
+    def _verify_space(self, first: Reply, result: EvalResult) -> None:
         """The cases of the op's shape space (farm.evaluate.space_cases), once the cheap checks
         passed: a kernel that assumes one shape (a hard-coded size, a grid without the tail)
         fails here, at the case it gets wrong."""
         for case in self.space_cases:
-            self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)  # this case replaces the last one
+            self._candidate.cached_inputs.discard(space_cases.RUNNER_KEY)  # this case replaces the last one
             try:
                 reply = self._call("run", self.settings.limits.run_s, space_cases.RUNNER_KEY, case.inputs,
                                    inplace_args=self.task.inplace_args)
@@ -378,7 +346,7 @@ class Evaluator(TrustedSide, Comparison):
             self.verifier.check_seed(reply["outputs"], case, first["outputs"])
             result.cases_checked += 1
             self._check_deadline(case.label)
-        self.candidates.cached_inputs.discard(space_cases.RUNNER_KEY)
+        self._candidate.cached_inputs.discard(space_cases.RUNNER_KEY)
 
     def _ghost(self, real: list, key: str, inputs: list) -> None:
         """Replay with every Triton launch turned into a no-op: if the outputs do not change,
@@ -414,7 +382,7 @@ class Evaluator(TrustedSide, Comparison):
                                probe_keys=probe_keys, inplace_args=self.task.inplace_args)
         finally:
             for key in probe_keys:
-                self.candidates.cached_inputs.discard(key)
+                self._candidate.cached_inputs.discard(key)
         expected = {key: outputs for key, (_inputs, outputs) in zip(keys + probe_keys, cases + probes)}
 
         def host_again() -> float:  # the same pass without the probes, which this candidate has now seen

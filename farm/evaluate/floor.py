@@ -5,6 +5,8 @@ figure."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import triton
 
 from farm.evaluate import timing
@@ -51,7 +53,7 @@ def device_floor(timer: timing.DeviceTimer, modes: tuple[str, ...] = ("events", 
     """{"copy_bw_bytes_s": ..., "empty_kernel_ms": {mode: ms}, "peak_flops": {dtype: FLOP/s}}
     for this runner's device (no peak where the target has no matmul worth the name: cpu)."""
     target = timer.spec.target
-    out = {"copy_bw_bytes_s": copy_bandwidth(timer), "empty_kernel_ms": {}, "peak_flops": {}}
+    out: dict[str, Any] = {"copy_bw_bytes_s": copy_bandwidth(timer), "empty_kernel_ms": {}, "peak_flops": {}}
     if target.compute_peaks:
         out["peak_flops"] = {dtype: peak_flops(timer, dtype) for dtype in PEAK_DTYPES}
     buf = timer._torch.empty(1, device=timer.spec.torch_device)

@@ -128,7 +128,8 @@ class DeviceLease:
             if not self._writer and not self._readers:
                 self._host_lock(fcntl.LOCK_UN)
                 # the lock never lets both phases hold the device at once: the busy span is one phase's
-                self._phase_s[phase] += time.monotonic() - self._since
+                if self._since is not None:  # set by the first hold
+                    self._phase_s[phase] += time.monotonic() - self._since
                 self._since = None
             self._cond.notify_all()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 TEXT = 20_000  # characters of a runner's error text kept (farm.evaluate.evaluator cuts further)
 MAX_SAMPLES = 100_000
@@ -28,7 +28,10 @@ class BadReply(Exception):
 
 # ---------------------------------------------------------------- replies
 
+_R = TypeVar("_R", bound="Reply")
 
+
+@dataclass
 class Reply:
     ok: ClassVar[bool] = True
 
@@ -51,13 +54,13 @@ class Reply:
         return {f.name for f in fields(cls)}
 
     @classmethod
-    def parse(cls, tree: dict) -> Reply:
+    def parse(cls: type[_R], tree: dict) -> _R:
         """The reply from the plain data a runner sent: each field checked (BadReply if not)."""
         values = {}
         for f in fields(cls):
             if f.name in tree:
                 check = _OUTPUTS.get(cls.__name__) if f.name == "outputs" else _FIELD_CHECK.get(f.name)
-                values[f.name] = (check or _CHECK[f.type])(tree[f.name], f.name)
+                values[f.name] = (check or _CHECK[str(f.type)])(tree[f.name], f.name)  # annotations are text
         return cls(**values)
 
 
@@ -137,7 +140,7 @@ class FloorResult(Reply):
 class Command:
     """A command names the runner method it calls; its fields are that method's arguments."""
 
-    reply: ClassVar[type] = Done
+    reply: ClassVar[type[Reply]] = Done
     carries_outputs: ClassVar[int] = 0  # output sets a reply may hold (sizes its frame)
 
     @property
@@ -246,7 +249,7 @@ class Exit(Command):
     pass
 
 
-_NAMES = {LoadSource: "load_source", LoadTask: "load_task", PutInputs: "put_inputs", Run: "run",
+_NAMES: dict[type[Command], str] = {LoadSource: "load_source", LoadTask: "load_task", PutInputs: "put_inputs", Run: "run",
           RunBackward: "run_backward", Time: "time", TimeRound: "time_round", DeviceLimits: "device_limits",
           Unload: "unload", Warm: "warm", Exit: "exit"}
 COMMANDS = {name: cls for cls, name in _NAMES.items()}
@@ -261,7 +264,7 @@ def command(verb: str, /, **args: Any) -> Command:
     return cls(**args)
 
 
-def parse_reply(cmd: Command, tree: Any) -> Reply:
+def parse_reply(cmd: Command | None, tree: Any) -> Reply:
     """The typed reply to `cmd`, or Failure(kind="cheat") saying what was wrong with it."""
     try:
         if not isinstance(tree, dict):

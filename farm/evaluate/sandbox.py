@@ -35,7 +35,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import pids, protocol, wire
@@ -181,7 +181,7 @@ class Sandbox:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.workdir: Path | None = None  # the host folder of a runner without the sandbox
-        self.log = None  # the runner's stdout and stderr: an unlinked file only this handle holds
+        self.log: IO[bytes] | None = None  # the runner's stdout and stderr: an unlinked file only this handle holds
         self.cgroup: Path | None = None
         self.starts = 0
         self.output_nbytes: list[int] | None = None  # sizes the runner poisons before each run
@@ -207,7 +207,10 @@ class Sandbox:
     @property
     def scratch(self) -> Path:
         """The runner's folder as the runner sees it."""
-        return os_boundary.SCRATCH if self.boundary.on else self.workdir
+        if self.boundary.on:
+            return os_boundary.SCRATCH
+        assert self.workdir is not None, "made by _fresh_folder, before the runner starts"
+        return self.workdir
 
     def _fresh_folder(self) -> None:
         """A new, empty folder per runner: inside the sandbox a tmpfs that exists only there;
@@ -247,7 +250,7 @@ class Sandbox:
             raise
         finally:
             child_sock.close()
-        self.sock = parent_sock
+        self.sock, proc = parent_sock, self.proc
         self.starts += 1
         self.cached_inputs = set()
         self.primed_for = None
@@ -255,9 +258,9 @@ class Sandbox:
         if not reply.ok:
             self.kill()
             raise SandboxDied("crash", f"candidate runner failed to start: {reply.get('error')}")
-        self.device_info = reply.device
+        self.device_info = reply["device"]
         if self._cpus is not None:
-            _pin_tree(self.proc.pid, self._cpus)  # a runner started while pinned is pinned too
+            _pin_tree(proc.pid, self._cpus)  # a runner started while pinned is pinned too
 
     def _launcher(self, fd: int) -> str:
         # -c, with the working folder taken off sys.path: a candidate cannot plant modules that
@@ -337,10 +340,11 @@ class Sandbox:
         self.closed = True
         self.resume()  # a stopped runner asked to exit would never answer
         try:
-            if self.alive:
+            proc, sock = self.proc, self.sock
+            if self.alive and proc is not None and sock is not None:
                 try:
-                    wire.send_frame(self.sock, dumps(protocol.Exit()))
-                    self.proc.wait(timeout=5)
+                    wire.send_frame(sock, dumps(protocol.Exit()))
+                    proc.wait(timeout=5)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
         finally:  # Ctrl-C or SIGTERM during a wait: the runner and its folder still go
@@ -368,7 +372,7 @@ class Sandbox:
         self.ensure_started()
         self._send(cmd)
         reply = self._receive(cmd, timeout_s, cmd.verb, reply_cap)
-        if not reply.ok and reply.restart:  # the runner found itself tampered with, or broke the protocol
+        if not reply.ok and reply.get("restart"):  # the runner found itself tampered with, or broke the protocol
             self.kill()
         return reply
 
@@ -377,25 +381,27 @@ class Sandbox:
         goes with the frame: pickled into the socket, a 256 MB input set took 1.1 to 1.3 s to
         reach a runner on the H100 host (bench/results/training_h100/NOTES-2026-11-24.md); no path is ever
         written."""
+        sock = self.sock
+        if sock is None:  # killed from another thread since it was started
+            raise self._died(cmd.verb)
         if tensor_bytes(cmd.arguments()) < FILE_MIN_BYTES:
-            wire.send_frame(self.sock, dumps(cmd))  # unsigned tensors too (farm.runtime.tensors)
+            wire.send_frame(sock, dumps(cmd))  # unsigned tensors too (farm.runtime.tensors)
             return
         import torch
 
         fd = wire.memfile(lambda f: torch.save(cmd, f))
         try:
-            wire.send_frame(self.sock, b"", fds=(fd,))
+            wire.send_frame(sock, b"", fds=(fd,))
         finally:
             os.close(fd)
 
     def reply_cap(self, cmd: Command | None) -> int:
         """The most bytes a reply to `cmd` may take: what its output sets can need, and no more."""
         sets = getattr(cmd, "output_sets", None)
-        if sets is None:
-            sets = getattr(cmd, "carries_outputs", 0)
-        return REPLY_BASE_BYTES + sets * self.output_cap
+        count: int = getattr(cmd, "carries_outputs", 0) if sets is None else sets
+        return REPLY_BASE_BYTES + count * self.output_cap
 
-    def with_inputs(self, cmd: str, timeout_s: float, key: str, inputs: list, **args: Any) -> Reply:
+    def with_inputs(self, cmd: str, timeout_s: float, key: str, inputs: list | None, **args: Any) -> Reply:
         """Run a command on an input set the child keeps on its device: each set crosses the
         process boundary once per child."""
         if not self.alive or key not in self.cached_inputs:
@@ -412,8 +418,11 @@ class Sandbox:
             return time.monotonic() - self.paused_s()
 
         cap = cap or self.reply_cap(cmd)
+        sock = self.sock  # another thread may kill the runner, and take the socket, meanwhile
         try:
-            data = wire.recv_frame(self.sock, cap, clock() + timeout_s, wait=lambda: self._watch(what), clock=clock)
+            if sock is None:
+                raise EOFError
+            data = wire.recv_frame(sock, cap, clock() + timeout_s, wait=lambda: self._watch(what), clock=clock)
         except (EOFError, OSError, ValueError):  # closed: the runner died, or was killed from another thread
             raise self._died(what) from None
         except wire.FrameTooLarge as exc:
@@ -432,9 +441,10 @@ class Sandbox:
         return protocol.parse_reply(cmd, tree)
 
     def _watch(self, what: str) -> None:
-        if not self.alive:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:  # not alive
             raise self._died(what)
-        rss = _rss_mb(self.proc.pid)
+        rss = _rss_mb(proc.pid)
         if rss > self.limits.host_memory_mb:
             self.kill()
             raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "

@@ -131,7 +131,7 @@ class Runner(RoundsMixin, TrustedMixin):
     def __init__(self, spec: targets.DeviceSpec):
         self.spec = spec
         self.device = spec.torch_device
-        self.launches = LaunchLog(spec)
+        self.launches: LaunchLog = LaunchLog(spec)
         self.model = None
         self.module: types.ModuleType | None = None
         self.baseline_threads = threading.active_count()
@@ -162,6 +162,7 @@ class Runner(RoundsMixin, TrustedMixin):
         path = Path.cwd() / f"candidate_{n}.py"
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(mod_name, path)
+        assert spec is not None and spec.loader is not None  # a .py path always has both
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         try:
@@ -222,6 +223,7 @@ class Runner(RoundsMixin, TrustedMixin):
         return ""
 
     def _forward(self, dev_inputs: list):
+        assert self.model is not None  # its callers answer "no model loaded" first
         with torch.no_grad():
             out = self.model(*dev_inputs)
         self.timer.synchronize()
@@ -367,7 +369,7 @@ class Runner(RoundsMixin, TrustedMixin):
 
 def _fingerprint(values: list) -> list:
     """Cheap, order-sensitive summary of an input set (sum and a position-weighted sum)."""
-    out = []
+    out: list[tuple[float, float] | str] = []
     for v in values:
         if isinstance(v, torch.Tensor) and v.numel():
             flat = v.detach().reshape(-1).double()
@@ -395,7 +397,7 @@ def _lookup(name: str) -> Any:
     for cut in range(len(parts), 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
         if module is not None:
-            obj = module
+            obj: Any = module
             for attr in parts[cut:]:
                 obj = getattr(obj, attr, None)
             return obj

@@ -86,7 +86,7 @@ def timed(cases: list[Case], text: str | None, source: str, interpret: bool) -> 
     labels = parse_mix(text or AUTO, source)
     if labels is None:
         labels = (BENCH,) if interpret else AUTO_MIX
-    out = []
+    out: list[Case] = []
     for wanted in labels:
         if wanted == BENCH:
             continue

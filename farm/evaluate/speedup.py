@@ -146,7 +146,8 @@ def promotion(confirmation: dict | None, model_runs: bool, timed: bool = True) -
         return True, "interpreter timings (cpu target) are not kernel timings: promoted as verified, not as a speedup"
     if not model_runs:
         return True, "the original Model does not run on this target: no speedup over it can be measured"
-    model = (confirmation or {}).get("model")
+    confirmation = confirmation or {}
+    model = confirmation.get("model")
     if not model:
         return False, "not re-timed against the Model: no speedup to report"
     text = f"{model['ratio']:.3f}x (95% CI {model['ci_low']:.3f}-{model['ci_high']:.3f}, {model['rounds']} rounds)"
@@ -178,7 +179,7 @@ def promotion_bar(null: dict | None) -> float:
 def may_promote(model: dict | None) -> bool:
     """Whether a re-timed ratio could clear any null check's bar: if not, the null check (a
     fresh runner and the promotion's rounds, all holding the device) cannot change the verdict."""
-    return bool(model) and model["ci_low"] > promotion_bar(None)
+    return model is not None and bool(model) and model["ci_low"] > promotion_bar(None)
 
 
 # ---------------------------------------------------------------- the physical limit

@@ -75,11 +75,12 @@ def _what_instead(tree: ast.Module, source: str) -> str:
 
 def check_imports(tree: ast.Module, source: str) -> str:
     for node in ast.walk(tree):
-        names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             names = [node.module or ""]
+        else:
+            continue
         for name in names:
             if name.split(".")[0] in BANNED_MODULES:
                 return f"imports {name} (line {node.lineno}), which a kernel does not need"
@@ -124,7 +125,9 @@ def check_strings(tree: ast.Module, source: str) -> str:
 def check_monkeypatching(tree: ast.Module, source: str) -> str:
     """Assigning to torch.*, triton.*, time.* ... replaces what the harness and timer call."""
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
             name = _dotted(t) if isinstance(t, ast.Attribute) else ""
             if name and name.split(".")[0] in MONKEYPATCH_ROOTS:

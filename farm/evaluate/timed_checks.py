@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from farm.evaluate.protocol import Reply
 from farm.evaluate.result import Stop
 from farm.runtime import compare
 
@@ -24,7 +25,7 @@ DEFAULT_CACHE_SPEED_RATIO = 0.5
 CACHE_MIN_GAIN_MS = 0.1
 
 
-def check(reply: dict, cases: dict, tolerance, target, unseen_work_ratio: float,
+def check(reply: Reply | dict, cases: dict, tolerance, target, unseen_work_ratio: float,
           recheck: Callable[[], float] | None = None) -> dict:
     """The reply's stats, once every check passed; `cases` maps input-set key to expected outputs.
     `recheck()`: the host's time per call measured again, asked before host time alone makes a

@@ -12,15 +12,17 @@ from farm.corpus.inputs import draw_inputs
 from farm.errors import FarmError
 from farm.evaluate import lease as device_lease
 from farm.evaluate import profiles, verified
+from farm.evaluate.protocol import Reply
 from farm.evaluate.result import REASON_CHARS
 from farm.evaluate.result import nbytes as _nbytes
 from farm.evaluate.sandbox import Sandbox, SandboxDied
+from farm.evaluate.state import EvaluatorState
 from farm.evaluate.verifier import Case
 
 PROBES = 3  # input sets never shown to a candidate before its first timed call on them
 
 
-class TrustedSide:
+class TrustedSide(EvaluatorState):
     """Mixed into Evaluator: the trusted runner (`references`), the cases and the baselines."""
 
     def _new_trusted(self) -> Sandbox:
@@ -61,20 +63,20 @@ class TrustedSide:
             box.cached_inputs = {key for key in box.cached_inputs if key == "pt"}
         return box
 
-    def _load_trusted(self, which: str) -> dict:
+    def _load_trusted(self, which: str) -> Reply:
         return self.references.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
                                     source=self.ref.source, shapes=self.shapes, which=which,
                                     init_inputs=self.init_inputs, policy=self.ref.policy,
                                     reference=self.task.reference_cls.__name__ if self.task.reference_cls else None)
 
-    def _reference_run(self, which: str, key: str, inputs: list) -> dict:
+    def _reference_run(self, which: str, key: str, inputs: list) -> Reply:
         reply = self._load_trusted(which)
         if not reply.ok:
             raise FarmError(f"{self.ref.path}: {which} cannot be built on {self.spec.label}: "
                             f"{self._clean(str(reply.get('error')), REASON_CHARS)}")
         return self.references.with_inputs("run", self.settings.limits.compile_s, key, inputs, poison=False)
 
-    def reference_backward(self, key: str, inputs: list, indices: list[int], upstream: list) -> dict:
+    def reference_backward(self, key: str, inputs: list, indices: list[int], upstream: list) -> Reply:
         """Reference's gradients on an input set, in the trusted runner."""
         loaded = self._load_trusted("Reference")
         reply = self.references.with_inputs("run_backward", self.settings.limits.compile_s, key, inputs,
@@ -89,7 +91,7 @@ class TrustedSide:
         return self.task.reference_cls is None and bool(self.seed_sets)
 
     def _probe_count(self) -> int:
-        return len(self.seed_sets) // 2 if self.uses_seed_sets else 0 if self.pt_only else PROBES
+        return len(self.seed_sets or ()) // 2 if self.uses_seed_sets else 0 if self.pt_only else PROBES
 
     def fresh_cases(self) -> list[tuple[list, list]]:
         """Inputs from secret seeds and the truth for them: Reference's outputs computed on the
@@ -109,7 +111,7 @@ class TrustedSide:
         if self.pt_only:
             return verified.pt_only(self.data.get("device_name"))
         if self.uses_seed_sets:
-            return {"by": "seed_sets", "sets": len(self.seed_sets),
+            return {"by": "seed_sets", "sets": len(self.seed_sets or ()),
                     "truth": f"original Model recorded on {self.data.get('device_name') or 'the reference platform'}"}
         return {"by": "reference", "sets": len(self._all_cases()),
                 "truth": f"{self.task.truth_cls.__name__} on the target, fresh secret seeds",
@@ -126,7 +128,7 @@ class TrustedSide:
         if self.pt_only:
             return []
         if self._cases is None and self.uses_seed_sets:
-            self._cases = [(list(i), list(o)) for i, o in self.seed_sets]
+            self._cases = [(list(i), list(o)) for i, o in self.seed_sets or ()]
             self._seeds = [None] * len(self._cases)
         if self._cases is None:
             self._cases, self._seeds = self.draw_cases(self.settings.fresh_seeds + PROBES)
