@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from typing import TypeGuard
 
 from farm import pyast
 from farm.ascend.lint import find_launches, kernel_defs
@@ -89,20 +90,22 @@ def _pass_subset(source: str, ctx: Context) -> tuple[str, str] | None:
 def _retune_block_sub(source: str, ctx: Context) -> tuple[str, str] | None:
     """`X_SUB=min(X, cap)` at a launch -> another power-of-two cap (any one divides X)."""
     edits = Edits(source)
-    caps = [kw for la in find_launches(edits.tree, kernel_defs(edits.tree)) for kw in la.call.keywords
-            if kw.arg and kw.arg.endswith("_SUB") and _min_with_constant(kw.value)]
+    caps = [(kw, cap) for la in find_launches(edits.tree, kernel_defs(edits.tree)) for kw in la.call.keywords
+            if kw.arg and kw.arg.endswith("_SUB") and (cap := _constant_cap(kw.value)) is not None]
     if not caps:
         return None
-    kw = ctx.rng.choice(caps)
-    old = kw.value.args[1].value
+    kw, (node, old) = ctx.rng.choice(caps)
     new = ctx.rng.choice([c for c in BLOCK_SUBS if c != old and old // 8 <= c <= old * 8] or [old])
-    edits.replace(kw.value.args[1], str(new))
+    edits.replace(node, str(new))
     return edits.result(), f"{kw.arg} cap {old}->{new}"
 
 
-def _min_with_constant(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min"
-            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, int))
+def _constant_cap(node: ast.AST) -> tuple[ast.Constant, int] | None:
+    """`min(X, N)` with N an int literal: N's node and value."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min"
+            and len(node.args) == 2 and isinstance(cap := node.args[1], ast.Constant) and isinstance(cap.value, int)):
+        return cap, cap.value
+    return None
 
 
 def _regrid(source: str, ctx: Context) -> tuple[str, str] | None:
@@ -117,13 +120,13 @@ def _regrid(source: str, ctx: Context) -> tuple[str, str] | None:
         return None
     cores = ctx.rng.choice(sites)
     name = next(n.id for n in ast.walk(cores) if isinstance(n, ast.Name))
-    old = cores.left.value if isinstance(cores, ast.BinOp) else 1
+    old = cores.left.value if isinstance(cores, ast.BinOp) and isinstance(cores.left, ast.Constant) else 1
     new = ctx.rng.choice([k for k in GRID_SCALES if k != old])
     edits.replace(cores, name if new == 1 else f"{new} * {name}")
-    return edits.result(), f"persistent grid {old}x->{new}x {name}"
+    return edits.result(), f"persistent grid {old!s}x->{new}x {name}"
 
 
-def _min_of_cores(node: ast.AST) -> bool:
+def _min_of_cores(node: ast.AST) -> TypeGuard[ast.Call]:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min"
             and len(node.args) == 2):
         return False

@@ -145,8 +145,9 @@ def _attribute_binding(attr: ast.Attribute, tree: ast.Module, scopes_of) -> ast.
     return None
 
 
-def _span_knob(name: str, kind: str, node: ast.AST, value: int | None) -> Knob:
-    return Knob(name, kind, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, value)
+def _span_knob(name: str, kind: str, node: ast.expr, value: object) -> Knob:
+    """The knob at `node`'s span; a value that is no int literal is None (an expression)."""
+    return Knob(name, kind, node.lineno, node.col_offset, *pyast.end(node), value if isinstance(value, int) else None)
 
 
 def find_knobs(source: str) -> list[Knob]:
@@ -190,8 +191,8 @@ def _launch_knob(knobs: dict, kname: str, kw: ast.keyword, constexprs: set[str],
         bound = attribute_binding(kw.value)
     if kw.arg in ("num_warps", "num_stages"):
         kind = "warps" if kw.arg == "num_warps" else "stages"
-        value = kw.value.value if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int) else None
-        target = kw.value
+        value = kw.value.value if isinstance(kw.value, ast.Constant) else None
+        target: ast.expr = kw.value
         if bound is not None:
             target, value = bound, bound.value
         knobs[(target.lineno, target.col_offset)] = _span_knob(f"{kname}.{kw.arg}", kind, target, value)
@@ -212,16 +213,16 @@ def _absent_warps_knob(knobs: dict, kname: str, call: ast.Call) -> None:
                default=None)
     if last is None:
         return
-    knobs[(last.end_lineno, last.end_col_offset)] = Knob(f"{kname}.num_warps", "warps", last.end_lineno,
-                                                         last.end_col_offset, last.end_lineno, last.end_col_offset,
-                                                         DEFAULT_WARPS, insert=", num_warps=")
+    end = pyast.end(last)
+    knobs[end] = Knob(f"{kname}.num_warps", "warps", *end, *end, DEFAULT_WARPS, insert=", num_warps=")
 
 
 def _config_knobs(knobs: dict, call: ast.Call) -> None:
     for arg in call.args[:1]:
         if isinstance(arg, ast.Dict):
             for key, val in zip(arg.keys, arg.values):
-                if isinstance(key, ast.Constant) and isinstance(val, ast.Constant) and _is_pow2(val.value):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(val, ast.Constant) \
+                        and _is_pow2(val.value):
                     knobs[(val.lineno, val.col_offset)] = _span_knob(f"Config@{call.lineno}.{key.value}", "block",
                                                                      val, val.value)
     for kw in call.keywords:
@@ -320,7 +321,7 @@ class TuneGenerator(Generator):
         dims = space(parent.source, ctx.target)
         if not dims:
             return []
-        out = []
+        out: list[Proposal] = []
         for _ in range(n * 4):
             if len(out) >= n:
                 break
@@ -373,8 +374,8 @@ class TuneGenerator(Generator):
             theirs = {k.name: k.value for k, _ in space(other.source, ctx.target)}
             if sorted(theirs) != sorted(names):
                 continue
-            assignment = {k: theirs[k.name] for k, _ in dims
-                          if theirs[k.name] is not None and theirs[k.name] != k.value and ctx.rng.random() < 0.5}
+            assignment = {k: v for k, _ in dims
+                          if (v := theirs[k.name]) is not None and v != k.value and ctx.rng.random() < 0.5}
             if assignment:
                 note = "crossover " + ", ".join(f"{k.name}->{v}" for k, v in assignment.items())
                 return Proposal(apply(parent.source, assignment), self.name, note)

@@ -27,6 +27,7 @@ seed) when a function has no such equivalent."""
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from farm import pyast
 from farm.generators.inductor.kernels import _kernel_defs, kernel_sources
@@ -209,14 +210,17 @@ def _grid_text(rec: dict, blocks: dict[str, tuple[str, int]]) -> str:
 def _forward_body(cap: dict, fns: dict[str, ast.FunctionDef], param_names: list[str]) -> list[str]:
     call = _call_function(cap["wrapper"])
     launches = list(cap["launches"])
-    state = {"launch": 0, "graph_args": None, "ret": None}
+    state: dict[str, Any] = {"launch": 0, "graph_args": None, "ret": None}
     lines: list[str] = []
     rewrite = _WrapperRewrite()
 
     def emit(stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id == "args":
             target = stmt.targets[0]
-            names = [e.id for e in target.elts] if isinstance(target, (ast.Tuple, ast.List)) else [target.id]
+            elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+            names = [e.id for e in elts if isinstance(e, ast.Name)]
+            if len(names) != len(elts):
+                raise Unsupported(f"call() unpacks its inputs into {ast.unparse(target)}, not names")
             if len(names) != len(cap["graph_inputs"]):
                 raise Unsupported(f"call() unpacks {len(names)} inputs, recorded {len(cap['graph_inputs'])}")
             for name, i in zip(names, cap["graph_inputs"]):
@@ -256,10 +260,10 @@ def _forward_body(cap: dict, fns: dict[str, ast.FunctionDef], param_names: list[
             return
         if isinstance(stmt, ast.Return):
             value = stmt.value
-            items = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
-            items = [ast.unparse(rewrite.visit(i)) for i in items]
-            lines.append(f"_ret = ({', '.join(items)}{',' if len(items) == 1 else ''})")
-            state["ret"] = len(items)
+            items = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value] if value is not None else []
+            texts = [ast.unparse(rewrite.visit(i)) for i in items]
+            lines.append(f"_ret = ({', '.join(texts)}{',' if len(texts) == 1 else ''})")
+            state["ret"] = len(texts)
             return
         if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try)):
             raise Unsupported(f"control flow in call() (line {stmt.lineno}) is not supported")
@@ -391,7 +395,8 @@ def _check_helper_names(copy: dict, fns: dict) -> None:
     """The module-level helpers a copied constructor brings must not shadow a kernel."""
     for text in copy.get("module", []):
         node = pyast.parse(text).body[0]
-        name = node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id
+        assert isinstance(node, (ast.FunctionDef, ast.Assign)), text  # a def or `NAME = value` (constructor.py)
+        name = node.name if isinstance(node, ast.FunctionDef) else _dotted(node.targets[0])
         if name in fns or name.startswith("triton_helpers_") or name.startswith("libdevice_"):
             raise Unsupported(f"the ground truth's helper {name} has the name of a kernel of the candidate")
 

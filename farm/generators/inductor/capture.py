@@ -156,8 +156,9 @@ class _Recorder:
                 rec.problems.append(f"launch of {self.inductor_meta.get('kernel_name', '?')} not understood: {exc}")
             return result
 
-        GraphLowering.compile_to_module = compile_to_module
-        CachingAutotuner.run = run
+        # patched while the capture runs, put back by `undo` (torch's stubs forbid assigning methods)
+        GraphLowering.compile_to_module = compile_to_module  # type: ignore[method-assign,assignment]
+        CachingAutotuner.run = run  # type: ignore[method-assign]
         undo.append(lambda: setattr(GraphLowering, "compile_to_module", orig_compile))
         undo.append(lambda: setattr(CachingAutotuner, "run", orig_run))
         return undo
@@ -239,7 +240,7 @@ def _configure(target: Target, mode: str, emulate_precision_casts: bool = True) 
         try:
             ut.triton_hash_with_backend()
         except Exception:  # noqa: BLE001 - no driver under the interpreter: a fixed hash will do
-            ut.triton_hash_with_backend = lambda: "TRITON-INTERPRETER"
+            ut.triton_hash_with_backend = lambda: "TRITON-INTERPRETER"  # type: ignore[assignment]  # was cached
 
 
 def _set_options(options: dict) -> str:
@@ -248,7 +249,7 @@ def _set_options(options: dict) -> str:
     import torch._inductor.config as icfg
 
     for key, value in options.items():
-        owner = icfg
+        owner: Any = icfg
         *path, last = key.split(".")
         for part in path:
             owner = getattr(owner, part, None)
@@ -442,7 +443,7 @@ def _describe(task, cls, init_inputs, inputs, dev_inputs, call, out, model=None)
     import torch
 
     state = [(kind, n, t) for n, (kind, t) in tensor_state(model).items()] if model is not None else []
-    graph_inputs = []
+    graph_inputs: list[int | dict[str, str]] = []  # a forward input's index, or {kind: name} of the module's
     for k, arg in enumerate(call["args"]):
         if not isinstance(arg, torch.Tensor):
             raise Unsupported(f"graph input {k} is a {type(arg).__name__} (dynamic value)")
@@ -463,7 +464,7 @@ def _describe(task, cls, init_inputs, inputs, dev_inputs, call, out, model=None)
     leaves: list = []
     structure = _flatten(out, leaves)
     result = list(call["result"]) if isinstance(call["result"], (list, tuple)) else [call["result"]]
-    pool = [(("ret", j), t) for j, t in enumerate(result) if isinstance(t, torch.Tensor)]
+    pool: list[tuple[tuple, Any]] = [(("ret", j), t) for j, t in enumerate(result) if isinstance(t, torch.Tensor)]
     pool += [(("input", i), t) for i, t in enumerate(dev_inputs) if isinstance(t, torch.Tensor)]
     pool += [((kind, name), t) for kind, name, t in state]  # a parameter, buffer or table returned as it is
     sources = [_source_of(t, pool) for t in leaves]

@@ -98,6 +98,9 @@ class _Dependencies:
         if attr in RESERVED:
             raise Unsupported(f"{self.cls.__name__}.__init__ calls self.{attr}, a name the candidate has for itself")
         fn = pyast.parse(textwrap.dedent(inspect.getsource(value))).body[0]
+        if not isinstance(fn, ast.FunctionDef):  # a lambda: scan() reads a def's arguments
+            raise Unsupported(f"{self.cls.__name__}.__init__ calls self.{attr}, which is no plain def: a copy "
+                              "could not")
         fn.decorator_list = []
         self.methods[attr] = _strip_annotations(fn)
         self.scan(fn)
@@ -116,6 +119,8 @@ class _Dependencies:
             return
         if inspect.isfunction(value) and value.__module__ == self.cls.__module__ and name not in RESERVED:
             fn = pyast.parse(textwrap.dedent(inspect.getsource(value))).body[0]
+            if not isinstance(fn, ast.FunctionDef):  # a lambda: scan() reads a def's arguments
+                raise Unsupported(f"{self.cls.__name__}.__init__ uses {name}, which is no plain def: a copy could not")
             fn.decorator_list = []
             self.module[name] = "PENDING"  # a recursive helper meets itself
             self.scan(fn, method=False)

@@ -20,6 +20,9 @@ fp32), in a different order than BLAS: differences are rounding-level.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 def _mm(a, b):
     return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
@@ -59,7 +62,8 @@ def _conv(x, w, bias, stride, padding, dilation, transposed, output_padding, gro
         window = dilation[i] * (w.shape[2 + i] - 1) + 1
         x = x.unfold(2 + i, window, stride[i])
     if any(d != 1 for d in dilation):
-        x = x[(Ellipsis, *[slice(None, None, d) for d in dilation])]
+        strided = (Ellipsis, *[slice(None, None, d) for d in dilation])
+        x = x[strided]
     # x: [N, C, *out, *k] -> [N, g, 1, C/g, *out, *k]
     out_sizes = list(x.shape[2:2 + nd])
     x = x.reshape(batch, groups, 1, channels // groups, *out_sizes, *w.shape[2:])
@@ -110,7 +114,7 @@ def table(matmul: bool = True) -> dict:
     import torch
 
     aten = torch.ops.aten
-    out = {aten.convolution.default: _conv}
+    out: dict[Any, Callable] = {aten.convolution.default: _conv}
     if matmul:
         out.update({aten.mm.default: _mm, aten.bmm.default: _mm, aten.addmm.default: _addmm, aten.mv.default: _mv,
                     aten.dot.default: _dot})

@@ -40,7 +40,7 @@ def assemble_cases(cap: dict, target: str | None = None) -> str:
     forward = _method(model, "forward")
     params = [a.arg for a in forward.args.args[1:]]
     forward.name = "_forward_0"
-    known = {_defined(n): ast.unparse(n) for n in tree.body if _defined(n)}
+    known = {name: ast.unparse(n) for n in tree.body if (name := _defined(n))}
     keys = [(_key_literal(cap["inputs"]), "benchmark case", "_forward_0")]
     extra: list[ast.stmt] = []
     for i, sub in enumerate(cap["cases"], start=1):
@@ -73,15 +73,15 @@ def _case_module(cap: dict, sub: dict, target: str | None, index: int,
         tree = pyast.parse(assemble(one, target))
     except Unsupported as exc:
         raise Unsupported(f"at the {_describe(sub['case'])}: {exc}") from None
-    top = [n for n in tree.body if _defined(n) and _defined(n) != "ModelNew"]
-    differ = {_defined(n) for n in top if known.get(_defined(n)) != ast.unparse(n)}
+    top = [(name, n) for n in tree.body if (name := _defined(n)) and name != "ModelNew"]
+    differ = {name for name, n in top if known.get(name) != ast.unparse(n)}
     while True:  # a definition that uses a renamed one is renamed too
-        more = {_defined(n) for n in top if _defined(n) not in differ and _uses(n) & differ}
+        more = {name for name, n in top if name not in differ and _uses(n) & differ}
         if not more:
             break
         differ |= more
     renamer = _Prefix(differ, f"c{index}_")
-    body = [renamer.visit(n) for n in top if _defined(n) in differ]
+    body = [renamer.visit(n) for name, n in top if name in differ]
     method = renamer.visit(_method(_model_class(tree), "forward"))
     method.name = f"_forward_{index}"
     return body, method
@@ -94,7 +94,9 @@ def _dispatcher(params: list[str], keys: list[tuple[str, str, str]]) -> ast.Func
     for literal, _, method in keys:
         lines += [f"    if _key == {literal}:", f"        return self.{method}({args})"]
     lines.append(f"    raise AssertionError(f'compiled for the inputs of {len(keys)} recorded cases, got {{_key}}')")
-    return pyast.parse("\n".join(lines)).body[0]
+    fn = pyast.parse("\n".join(lines)).body[0]
+    assert isinstance(fn, ast.FunctionDef)  # the text above is one
+    return fn
 
 
 def _key_literal(inputs: list[dict]) -> str:

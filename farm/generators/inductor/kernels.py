@@ -20,7 +20,8 @@ def kernel_sources(wrapper: str) -> dict[str, str]:
             if func.startswith("async_compile."):
                 if func != "async_compile.triton":
                     raise Unsupported(f"the wrapper compiles a {func.split('.', 1)[1]} kernel, not Triton")
-                name, src = (a.value for a in node.value.args[:2])
+                name, src = [a.value for a in node.value.args[:2]
+                             if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                 found[name] = src
     return found
 
@@ -34,7 +35,7 @@ def _free_names(fn: ast.FunctionDef) -> set[str]:
 class _Usage:
     """What renaming met: libdevice functions shimmed, and those with no interpreter twin."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.shims: set[str] = set()
         self.missing: set[str] = set()
 
@@ -158,10 +159,11 @@ def _inline_helpers(needed: set[str], cpu: bool, usage: _Usage) -> list[str] | N
     out = []
     for name in sorted(order):
         fn = pyast.parse(ast.unparse(library[name])).body[0]
-        free = _free_names(fn)
-        if free - set(names) - _ALLOWED_FREE:
+        assert isinstance(fn, ast.FunctionDef)  # the text of one
+        used = _free_names(fn)
+        if used - set(names) - _ALLOWED_FREE:
             return None
-        fn = _Renamer(free, names, "triton_helpers_", cpu, usage).visit(fn)
+        fn = _Renamer(used, names, "triton_helpers_", cpu, usage).visit(fn)
         fn.name = names[name]
         out.append(ast.unparse(ast.fix_missing_locations(fn)))
     return out

@@ -31,7 +31,7 @@ NOTE_CHARS = 80  # of the answer's "Change:" line, kept as the proposal's note
 class LLMGenerator(Generator):
     name = "llm"
 
-    def __init__(self, **options):
+    def __init__(self, **options) -> None:
         unknown = sorted(set(options) - set(OPTIONS) - set(CLIENT_OPTIONS))
         if unknown:
             known = ", ".join(OPTIONS + CLIENT_OPTIONS)

@@ -80,12 +80,13 @@ def task_code(task_source: str) -> str:
         tree = pyast.parse(task_source)
     except SyntaxError:
         return task_source
-    lines = task_source.splitlines()
+    lines: list[str | None] = [*task_source.splitlines()]
     for i, node in enumerate(tree.body):
         docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         if docstring or _is_kernel(node):  # the docstring is shown as prose
             start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            lines[start - 1:node.end_lineno] = [None] * (node.end_lineno - start + 1)
+            end = pyast.last_line(node)
+            lines[start - 1:end] = [None] * (end - start + 1)
     text = "\n".join(line for line in lines if line is not None)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
