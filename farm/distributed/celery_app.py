@@ -22,9 +22,11 @@ def _allow_child_processes(**_) -> None:
     installs its own process object as multiprocessing's current process: daemonic, which
     multiprocessing refuses to start children from, and with an authkey of billiard's type,
     which multiprocessing's forkserver cannot send."""
-    proc = multiprocessing.current_process()
-    proc._config["daemon"] = False
-    proc._config["authkey"] = multiprocessing.process.AuthenticationString(bytes(proc._config["authkey"]))
+    # multiprocessing's private settings and authkey type, which its stubs do not declare
+    config: dict = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    config["daemon"] = False
+    config["authkey"] = multiprocessing.process.AuthenticationString(  # type: ignore[attr-defined]
+        bytes(config["authkey"]))
 
 
 @worker_ready.connect

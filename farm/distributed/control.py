@@ -154,7 +154,7 @@ def cancel(settings: Settings, store: Store, run: str) -> dict[str, Any]:
             client = Coordinator(redis_url(settings.queue), quick=True).r
             queues = [queue_name("reference", spec.reference_target), queue_name("search", spec.target)]
             removed = broker.remove_queued(client, queues, lambda tid: tid.startswith(f"{run}:"))
-            held = sorted({r.task_id for r in broker.reserved(client) if (r.task_id or "").startswith(f"{run}:")})
+            held = sorted({tid for r in broker.reserved(client) if (tid := r.task_id) and tid.startswith(f"{run}:")})
         else:
             held = task_ids(spec)  # AMQP: no way to list them; every id the run can have
         if held:

@@ -53,6 +53,11 @@ _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpi
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
+def _text(value: bytes | str) -> str:
+    """A value as redis returns it: bytes from these clients (no decode_responses)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def redis_url_of(broker_url: str, result_backend: str = "") -> str:
     for url in (broker_url, result_backend):
         if url and url.startswith(("redis://", "rediss://", "unix://")):
@@ -86,7 +91,7 @@ class Coordinator:
         if not names:
             return {}
         values = self.r.mget([PREFIX + "lock:" + n for n in names])
-        return {n: v.decode().rsplit("/", 1)[0] for n, v in zip(names, values) if v}
+        return {n: _text(v).rsplit("/", 1)[0] for n, v in zip(names, values) if v}
 
     def beat(self, hostname: str, queues: list[str]) -> None:
         doc = json.dumps({"queues": sorted(queues), "at": time.time()})
@@ -165,7 +170,7 @@ class OpLock:
 
     def holder(self) -> str | None:
         value = self.r.get(self.key)
-        return value.decode().rsplit("/", 1)[0] if value else None
+        return _text(value).rsplit("/", 1)[0] if value else None
 
     def _renew(self) -> None:
         renewed = time.monotonic()

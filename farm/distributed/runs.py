@@ -114,7 +114,7 @@ def touch(store: Store, run: str) -> None:
 def run_version(store: Store, run: str, entry: dict) -> tuple:
     """Changes whenever the run's status can have changed (see `touch`)."""
     stamp = store.head(f"runs/{run}/changed.json")
-    version = (stamp.sha256 if stamp else None, tuple(sorted((k, str(v)) for k, v in entry.items())))
+    version: tuple = (stamp.sha256 if stamp else None, tuple(sorted((k, str(v)) for k, v in entry.items())))
     if entry.get("kind") == "local":
         led = store.head(ledger.key(run))
         version += (led.sha256 if led else None,)
@@ -214,7 +214,7 @@ def _best_fields(best: dict | None) -> dict[str, Any]:
 def _from_ledger(name: str, entry: dict) -> dict[str, Any]:
     result = entry.get("result", {})
     source, _, op = name.partition("/")
-    phase = {"done": "done", "interrupted": "interrupted"}.get(entry.get("status"), "failed")
+    phase = {"done": "done", "interrupted": "interrupted"}.get(entry.get("status") or "", "failed")
     # the op's own outcome and why it stopped, as the batch wrote them when the op ended
     return _local_row(source, op, phase, result=result.get("status"), stop_reason=result.get("stop_reason"),
                       tried=result.get("submitted", 0), passed=result.get("passed", 0),

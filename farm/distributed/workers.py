@@ -191,7 +191,7 @@ class Supervisor:
             proc = self.procs.get(spec)
             up = proc is not None and proc.poll() is None
             found.append(WorkerState("+".join(spec.pools), spec.target, spec.device, up,
-                                     self.restarts.get(spec, 0), proc.pid if up else None))
+                                     self.restarts.get(spec, 0), proc.pid if proc is not None and up else None))
         return found
 
     def _restart(self, spec: WorkerSpec) -> None:
