@@ -27,6 +27,7 @@ def run(spec: dict) -> None:
 
     data = torch.load(spec["inputs_file"], weights_only=True)
     module_spec = importlib.util.spec_from_file_location("_kfarm_case_kernel", spec["kernel_file"])
+    assert module_spec is not None and module_spec.loader is not None  # a .py path always has both
     module = importlib.util.module_from_spec(module_spec)
     sys.modules["_kfarm_case_kernel"] = module
     module_spec.loader.exec_module(module)

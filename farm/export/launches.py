@@ -39,9 +39,9 @@ def int_type(value: int) -> str:
 class Recorder:
     """Wraps the launch entry points; `launches` holds one dict per launch, in order."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.launches: list[dict] = []
-        self._originals: list[tuple[type, Any]] = []
+        self._originals: list[tuple[Any, Any]] = []  # (Triton's launcher class, its run)
 
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -87,7 +87,7 @@ class Recorder:
         arguments = []
         for i, (name, value) in enumerate(bound.arguments.items()):
             arguments.append(describe_arg(name, value, constexpr[i], i in no_spec or name in no_spec))
-        grid = kwargs.get("grid")
+        grid = kwargs["grid"]
         if callable(grid):
             grid = grid(dict(bound.arguments))
         grid = [int(g) for g in (list(grid) + [1, 1, 1])[:3]]
@@ -147,6 +147,7 @@ def record(kernel_file: str, pt_file: str, device: str) -> dict:
 
     data = torch.load(pt_file, weights_only=True)
     spec = importlib.util.spec_from_file_location("_kfarm_kernel", kernel_file)
+    assert spec is not None and spec.loader is not None  # a .py path always has both
     module = importlib.util.module_from_spec(spec)
     sys.modules["_kfarm_kernel"] = module
     recorder = Recorder()

@@ -19,6 +19,7 @@ import keyword
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from farm.errors import FarmError
 from farm.reference.manifest import now
@@ -83,7 +84,7 @@ def next_version(store: Store, name: str, out: Path) -> str:
 
 
 def record_version(store: Store, name: str, version: str, run: str | None, ops: list[str]) -> None:
-    doc = store.read_json(_key(name)) if store.exists(_key(name)) else {"package": name, "history": []}
+    doc: dict[str, Any] = store.read_json(_key(name)) if store.exists(_key(name)) else {"package": name, "history": []}
     doc["count"] = int(version.rsplit(".", 1)[-1])
     doc["history"] = (doc.get("history") or [])[-49:] + [{"version": version, "at": now(), "run": run, "ops": ops}]
     store.put_bytes(_key(name), (json.dumps(doc, indent=1) + "\n").encode())

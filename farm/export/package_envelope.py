@@ -73,8 +73,8 @@ def _size(sizes: list[int], values: list[dict], space: dict) -> Any:
     if len(set(sizes)) == 1:
         return sizes[0]
     for dim in space.get("dims", []):
-        xs = [v.get(dim["name"]) for v in values]
-        if None in xs or len(set(xs)) < 2:
+        xs = [x for v in values if (x := v.get(dim["name"])) is not None]
+        if len(xs) < len(values) or len(set(xs)) < 2:
             continue
         pairs = sorted(set(zip(xs, sizes)))
         (x0, s0), (x1, s1) = pairs[0], pairs[-1]
@@ -115,7 +115,7 @@ def slower(envelope: dict, inputs: tuple) -> str:
     return "" if hit is None else f"the {hit.get('label')} case {shapes}: timed {hit.get('speedup', 0):.2f}x the original"
 
 
-def _match(signature: list[dict], inputs: tuple, ranges: dict) -> str:
+def _match(signature: list[dict], inputs: tuple, ranges: dict | None) -> str:
     if len(inputs) != len(signature):
         return f"{len(inputs)} arguments, verified {len(signature)}"
     bound: dict[str, tuple[int, str]] = {}
@@ -126,7 +126,7 @@ def _match(signature: list[dict], inputs: tuple, ranges: dict) -> str:
     return ""
 
 
-def _match_one(want: dict, value: Any, ranges: dict, bound: dict, where: str) -> str:
+def _match_one(want: dict, value: Any, ranges: dict | None, bound: dict, where: str) -> str:
     got = describe(value)
     if want["kind"] == "other":
         return f"{where}: not checked ({want.get('type')})"

@@ -125,13 +125,22 @@ def _run(owner: nn.Module, kind: str, roles: dict, init: dict):
     return out
 
 
+def _vector(given: nn.Parameter | None, hidden_size: int | None, fill: float) -> nn.Parameter:
+    """`given`, else a new parameter of `hidden_size` elements, each `fill`: one of the two is needed."""
+    if given is not None:
+        return given
+    if hidden_size is None:
+        raise TypeError("give hidden_size, or the weights themselves")
+    return nn.Parameter(torch.full((hidden_size,), fill))
+
+
 class RMSNorm(nn.Module):
     """y = x / rms(x) * weight (in float32, cast to x's dtype before the weight), attributes as
     Hugging Face's LlamaRMSNorm: weight, variance_epsilon."""
 
     def __init__(self, hidden_size: int | None = None, eps: float = 1e-6, weight: nn.Parameter | None = None):
         super().__init__()
-        self.weight = weight if weight is not None else nn.Parameter(torch.ones(hidden_size))
+        self.weight = _vector(weight, hidden_size, 1.0)
         self.variance_epsilon = eps
 
     def forward(self, x):
@@ -141,8 +150,8 @@ class RMSNorm(nn.Module):
 class LayerNorm(nn.Module):
     def __init__(self, hidden_size: int | None = None, eps: float = 1e-5, weight=None, bias=None):
         super().__init__()
-        self.weight = weight if weight is not None else nn.Parameter(torch.ones(hidden_size))
-        self.bias = bias if bias is not None else nn.Parameter(torch.zeros(hidden_size))
+        self.weight = _vector(weight, hidden_size, 1.0)
+        self.bias = _vector(bias, hidden_size, 0.0)
         self.eps = eps
 
     def forward(self, x):
@@ -171,7 +180,11 @@ class GELUTanh(_Activation):
 class SwiGLUMLP(nn.Module):
     """down_proj(silu(gate_proj(x)) * up_proj(x)), Llama's MLP, with the op for the middle."""
 
-    def __init__(self, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module):
+    gate_proj: nn.Linear
+    up_proj: nn.Linear
+    down_proj: nn.Linear
+
+    def __init__(self, gate_proj: nn.Linear, up_proj: nn.Linear, down_proj: nn.Linear):
         super().__init__()
         self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
 
@@ -205,10 +218,10 @@ _ACTIVATIONS = {"SiLU": "silu", "SiLUActivation": "silu", "GELU": "gelu", "GELUA
 def _candidate(module: nn.Module):
     """(drop-in, kind) for a module this catalogue recognises, else (None, None)."""
     name = type(module).__name__
-    linears = [getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
-    if all(isinstance(m, nn.Linear) for m in linears) and hasattr(module, "act_fn"):
-        kind = "swiglu" if "swiglu" in _LAYERS else "silu_and_mul"
-        return SwiGLUMLP(*linears), kind
+    gate, up, down = (getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj"))
+    if isinstance(gate, nn.Linear) and isinstance(up, nn.Linear) and isinstance(down, nn.Linear) \
+            and hasattr(module, "act_fn"):
+        return SwiGLUMLP(gate, up, down), "swiglu" if "swiglu" in _LAYERS else "silu_and_mul"
     weight = getattr(module, "weight", None)
     if name.endswith("RMSNorm") and isinstance(weight, nn.Parameter) and weight.dim() == 1:
         eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
@@ -217,11 +230,11 @@ def _candidate(module: nn.Module):
     if isinstance(module, nn.LayerNorm) and module.weight is not None and module.bias is not None \
             and len(module.normalized_shape) == 1:
         return LayerNorm(eps=module.eps, weight=module.weight, bias=module.bias), "layer_norm"
-    kind = _ACTIVATIONS.get(name)
+    act = _ACTIVATIONS.get(name)
     if isinstance(module, nn.GELU) and module.approximate == "tanh":
-        kind = "gelu_tanh"
-    if kind:
-        return {"silu": SiLU, "gelu": GELU, "gelu_tanh": GELUTanh}[kind](), kind
+        act = "gelu_tanh"
+    if act:
+        return {"silu": SiLU, "gelu": GELU, "gelu_tanh": GELUTanh}[act](), act
     return None, None
 
 

@@ -127,7 +127,9 @@ def _register(op, owner, module_class: type, suffix: str):
 def _register_backward(op, executor, forward, qualname: str, names: list[str]) -> None:
     grad_positions = [i for i, d in enumerate(op.meta.get("inputs") or [])
                       if d["kind"] == "tensor" and d.get("dtype", "").startswith(("float", "bfloat"))]
-    base = schema(op, mutable=False)[:-len(") -> Tensor[]")]
+    full = schema(op, mutable=False)
+    assert full is not None  # the forward's was checked before it was registered
+    base = full[:-len(") -> Tensor[]")]
 
     def bwd_impl(*args):
         *inputs, params, grads = args

@@ -200,7 +200,7 @@ class Op:
         self.kernel_errors: dict[str, str] = {}
         self._task = None
         self._default = None
-        self._init = None
+        self._init: list | None = None
 
     @property
     def has_fallback(self) -> bool:
@@ -488,6 +488,7 @@ def _fresh_task_module(path: Path, overrides: dict):
     _fresh_count += 1
     name = f"_kfarm_task_{_fresh_count}"
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py path always has both
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and triton.jit look their module up
     spec.loader.exec_module(module)
