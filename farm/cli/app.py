@@ -54,13 +54,12 @@ class LazyGroup(TyperGroup):
             if signals.received():  # a Ctrl-C the import swallowed (an extension module's loader)
                 raise KeyboardInterrupt
             if isinstance(target, typer.Typer):
-                command = typer.main.get_group(target)
+                self.commands[name] = typer.main.get_group(target)
             else:
-                command = typer.main.get_command_from_info(CommandInfo(name=name, callback=target),
-                                                           pretty_exceptions_short=app.pretty_exceptions_short,
-                                                           rich_markup_mode=app.rich_markup_mode)
-            command.name = name
-            self.commands[name] = command
+                self.commands[name] = typer.main.get_command_from_info(
+                    CommandInfo(name=name, callback=target), pretty_exceptions_short=app.pretty_exceptions_short,
+                    rich_markup_mode=app.rich_markup_mode)
+            self.commands[name].name = name
         return self.commands.get(name)
 
     # typer turns a KeyboardInterrupt into a silent exit 130 (SIGTERM's included): farm.cli.main

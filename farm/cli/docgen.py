@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def cli_page() -> str:
             continue
         env = p.envvar if isinstance(p.envvar, str) else ""
         lines.append(f"| {_names(p)} | {_cell(_type(p, ctx))} | {_cell(_default(p))} | "
-                     f"{f'`{env}`' if env else ''} | {_cell(p.help or '')} |")
+                     f"{f'`{env}`' if env else ''} | {_cell(getattr(p, 'help', None) or '')} |")
     lines += ["", "## Commands", ""]
     sections = _walk(root, ctx, "farm")
     for line in sections:
@@ -125,7 +126,7 @@ def _anchor(title: str) -> str:
     return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
 
 
-def _range(meta: dict) -> str:
+def _range(meta: Mapping) -> str:
     return range_text(meta.get("range"))
 
 

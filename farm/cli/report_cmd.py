@@ -83,7 +83,7 @@ def report(
         raise FarmError("name a run, or give --latest for the newest (farm status lists runs)")
     s = settings(ctx, {"store": store})
     st = open_store(s.store, s)
-    name = latest_run(st) if latest else run
+    name = run or latest_run(st)  # one of the two, as checked above
     written = write(st, name, out_dir, publish, force, s)
     if as_json:
         print_json(written)

@@ -15,8 +15,8 @@ import threading
 import time
 
 STOP_WITHIN_S = 10.0  # the clean-up after a signal (children, sandboxes, the ledger) takes a second or two
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
-MESSAGES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
+MESSAGES: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 _received: list[int] = []
 _PID = [os.getpid()]
 

@@ -165,8 +165,9 @@ def judge_provenance(store: Store, settings, ops: list[OpView]) -> None:
     """Each op with a kernel: its result's provenance (report.json, else its ledger entry) against
     the current task file and reference data (farm.search.provenance); unknown where it recorded none."""
     found = [o for o in ops if o.best]
-    docs = {(o.source, o.op): (o.summary if o.summary.get("verified") or o.summary.get("provenance")
-                               else o.ledger_result) for o in found}
+    docs: dict[tuple[str, str], dict | None] = {
+        (o.source, o.op): (o.summary if o.summary.get("verified") or o.summary.get("provenance") else o.ledger_result)
+        for o in found}
     judged = provenance.judge(store, settings, docs) if docs else {}
     for o in found:
         o.provenance = judged[(o.source, o.op)]

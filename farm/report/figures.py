@@ -63,7 +63,7 @@ def speedup_chart(run: RunView):
     ops = run.ops
     height = 0.8 / len(bases)
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.55 * len(ops) * max(1, len(bases) * 0.6)))
-    values = [o.speedup(b) for o in ops for b in bases if o.speedup(b)]
+    values = [v for o in ops for b in bases if (v := o.speedup(b))]
     lo, hi = min(values + [1.0]) / 2, max(values + [1.0]) * 2
     for j, basis in enumerate(bases):
         ys = [i + (j - (len(bases) - 1) / 2) * height for i in range(len(ops))]
@@ -105,8 +105,8 @@ def progress_chart(run: RunView):
     search's own figure per candidate, and where the search finished, a star at the op's best
     speedup (farm.search.results.best_speedup: re-timed against the Model), the figure the
     table and every other surface show, which may differ from the search's."""
-    series = [(o, *collect.best_so_far(o)) for o in run.ops]
-    series = [(o, basis, ys) for o, basis, ys in series if any(y is not None for y in ys)]
+    series = [(o, basis, ys) for o in run.ops for basis, ys in [collect.best_so_far(o)]
+              if basis is not None and any(y is not None for y in ys)]
     if not series:
         return None
     plt = pyplot()
