@@ -153,7 +153,8 @@ def _stale(refs: list[corpus.TaskRef], done: dict[str, dict], store: Store, run:
         result = (done.get(ref.key) or {}).get("result") or {}
         if not result:
             continue
-        now = provenance.current(ref, current_sha(ref) if current_sha else listed(ref.source, ref.op))
+        sha = current_sha(ref) if current_sha else listed(ref.source, ref.op) if listed else None
+        now = provenance.current(ref, sha)
         was = provenance.recorded(result)
         if provenance.changes(was, now):
             out[ref.key] = provenance.describe(was, now)

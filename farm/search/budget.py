@@ -48,13 +48,13 @@ def shares(rows: list[dict], pool: int) -> dict[str, dict[str, Any]]:
             weights[key] = None if room is None else room - 1.0
     known = [w for w in weights.values() if w is not None]
     default = sum(known) / len(known) if known else 1.0
-    weights = {k: default if w is None else w for k, w in weights.items()}
-    total = sum(weights.values())
+    filled = {k: default if w is None else w for k, w in weights.items()}
+    total = sum(filled.values())
     if pool <= 0 or total <= 0:
-        for key in weights:
+        for key in filled:
             plan[key]["why"] = "no candidates left in the batch's budget"
         return plan
-    exact = {k: pool * w / total for k, w in weights.items()}
+    exact = {k: pool * w / total for k, w in filled.items()}
     given = {k: int(v) for k, v in exact.items()}
     for k in sorted(exact, key=lambda k: given[k] - exact[k])[:pool - sum(given.values())]:
         given[k] += 1

@@ -117,8 +117,8 @@ class Database:
         # the benchmark case's ratio, which a candidate's first rounds are held to (a serving mix's
         # geomean, farm.evaluate.mix_timing, is not measured in them)
         ratios = [((r.comparison or {}).get("model") or {}).get("ratio") or r.speedup_vs_model for r in self.passing()]
-        ratios = [r for r in ratios if r]
-        return max(ratios) if ratios else None
+        known: list[float] = [r for r in ratios if r]
+        return max(known) if known else None
 
     def failures(self, seed_reasons: dict[str, str] | None = None) -> str:
         """Why no candidate passed, per generator: its verdicts counted with the first reason of

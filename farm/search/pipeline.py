@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import logging
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable
 
 from farm.evaluate import ahead
@@ -31,7 +31,8 @@ def run_window(executor: ThreadPoolExecutor, job: Callable[[], bool], quota: int
     """Run `job` until `quota` of them ran, `slots` at a time, starting one as soon as one ends.
     A job that finds nothing to do (False) pauses new starts until the ones in flight end: their
     results may give new parents. Returns how many ran."""
-    done, inflight, paused = 0, set(), False
+    done, paused = 0, False
+    inflight: set[Future[bool]] = set()
     while True:
         while not paused and len(inflight) < slots and done + len(inflight) < quota:
             inflight.add(executor.submit(job))

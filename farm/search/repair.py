@@ -71,10 +71,10 @@ def repair_runs(store: Store, on_done: Callable[[dict], None] | None = None) -> 
         for row in _repair_run(store, run, keys):
             rows.append(row)
             on_done(row)
-    row = _repair_index(store, runs)
-    if row:
-        rows.append(row)
-        on_done(row)
+    index_row = _repair_index(store, runs)
+    if index_row:
+        rows.append(index_row)
+        on_done(index_row)
     return rows
 
 

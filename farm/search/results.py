@@ -241,7 +241,7 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
             "baseline": summary.get("baseline", {}), "confirmation": summary.get("confirmation"),
             "promotion": summary.get("promotion"), "provenance": summary.get("provenance") or {},
             "kernel_source": source, "kernel_sha256": hashlib.sha256(source.encode()).hexdigest()}
-    won = []
+    won: list[bool] = []
 
     def swap(current: dict) -> dict:
         won.clear()

@@ -6,17 +6,40 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import TYPE_CHECKING, Protocol
 
 from farm.errors import FarmError
 from farm.generators import Generator
-from farm.search.database import normalized_hash
+from farm.search.database import Database, normalized_hash
+
+if TYPE_CHECKING:
+    from farm.corpus.tasks import TaskRef
+    from farm.generators import Context
 
 log = logging.getLogger("farm.search.controller")
+
+
+class _Config(Protocol):
+    """controller.SearchConfig (which imports this module), as seeding reads it."""
+
+    seed: int
 
 
 class Seeding:
     """Needs from its host: generators, pending_seeds, seed_reasons, seed_tier, db, config, ref
     and _context(rng)."""
+
+    # the OpSearch's, set by its __init__
+    ref: TaskRef
+    config: _Config
+    generators: dict[str, Generator]
+    db: Database
+    pending_seeds: list[dict]
+    seed_reasons: dict[str, str]
+    seed_tier: int | None
+
+    if TYPE_CHECKING:
+        def _context(self, rng: random.Random) -> Context: ...
 
     def _make_seeds(self) -> None:
         """Seeds of every generator; fallback generators only where the others gave none.
