@@ -471,7 +471,7 @@ def run_local(
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("search", total=len(ok))
         # errors are searched again each time: what failed may have been the machine (a full disk)
-        ctx = SearchContext(st, name, spec.target.name, [spec], gens, config, evaluation, s)
-        rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], ctx, spec.target.interpret,
+        search = SearchContext(st, name, spec.target.name, [spec], gens, config, evaluation, s)
+        rows = search_by_headroom([r for r in refs if (r.source, r.op) in ok], search, spec.target.interpret,
                                   retry_errors=True, force=force, on_op=op_progress(progress, bar, len(ok), as_json))
     _report(failed + rows, name, st, as_json, page, evaluation.profile, s=s, interpreted=spec.target.interpret)

@@ -34,7 +34,7 @@ class EvalOptions:
         if self.flush == "write" and self.timing_mode == "auto" and not self.full_timing:
             return base  # the evaluator's own timing (a base's timing mode kept)
         extra = {} if self.flush == "write" else {"flush": self.flush}
-        full = {"per_call_budget_ms": None, "out_of_running": None} if self.full_timing else {}
+        full: dict[str, Any] = {"per_call_budget_ms": None, "out_of_running": None} if self.full_timing else {}
         return replace(base, timing={**base.timing, **extra}, mode=self.timing_mode, **full)
 
     def compile_runners(self, settings: Settings) -> int:

@@ -11,6 +11,7 @@ recorded timings passes its own, which answers what `SearchEvaluator` lists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -70,8 +71,8 @@ class SearchContext:
     store: Store
     run: str
     target: str
-    devices: tuple[DeviceSpec, ...]  # one evaluator each; a list given is kept as a tuple
-    generators: tuple[Generator, ...]
+    devices: Sequence[DeviceSpec]  # one evaluator each; a list given is kept as a tuple
+    generators: Sequence[Generator]
     config: SearchConfig
     evaluation: EvalOptions = field(default_factory=EvalOptions)  # what the evaluators are asked
     settings: Settings = field(default_factory=environment_settings)

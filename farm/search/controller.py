@@ -16,6 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
+from typing import TYPE_CHECKING
 
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
@@ -35,6 +36,9 @@ from farm.search.results import OpOutcome, kernel_prefix
 from farm.search.seeding import Seeding
 from farm.storage import locks
 from farm.storage.base import dump_json
+
+if TYPE_CHECKING:
+    from farm.evaluate.ahead import CompileAhead
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,8 @@ class OpSearch(Seeding):
         self.errors: list[str] = []
         self.started = time.monotonic()
         self.started_at = now()  # wall clock, for reports; the first process's time survives a resume
-        self.ahead = None  # the compile-ahead pool (farm.evaluate.ahead) while a step runs, where configured
+        # the compile-ahead pool (farm.evaluate.ahead) while a step runs, where configured
+        self.ahead: CompileAhead | None = None
         self.fixed_paid = False  # this process paid the op's fixed costs (else it adopted stored ones)
         self.verified_by: dict = {}  # the evaluator's verification(), kept in the checkpoint
         self.final: dict | None = None  # the outcome of the finished search
@@ -248,7 +253,7 @@ class OpSearch(Seeding):
         done = sum(1 for r in self.db.records.values() if r.verdict != "pending")
         if done % self.config.window == 0:
             best = self.db.best()
-            self.best_by_window.append(best.time_ms if best else float("inf"))
+            self.best_by_window.append(best.time_ms if best and best.time_ms is not None else float("inf"))
 
     def _stop_reason(self) -> str:
         if self.db.submitted >= self.config.max_tasks:
@@ -300,7 +305,9 @@ class OpSearch(Seeding):
 
     def run(self, force: bool = False) -> OpOutcome:
         """The whole search in this process (farm search, farm run)."""
-        return self.step(max_chunks=None, force=force)
+        outcome = self.step(max_chunks=None, force=force)
+        assert outcome is not None  # no limit on chunks: it ran to its end
+        return outcome
 
     def step(self, max_chunks: int | None = 1, force: bool = False) -> OpOutcome | None:
         """Resume from the checkpoint, run up to `max_chunks` chunks, checkpoint. Returns the
@@ -414,9 +421,10 @@ class OpSearch(Seeding):
     def _outcome(self, stop: str, baseline: dict | None = None) -> OpOutcome:
         best = self.db.best()
         return OpOutcome(self.ref.source, self.ref.op, "succeeded" if best else "zero_pass", stop,
-                         submitted=self.db.submitted, passed=len(self.db.passing()), best_id=best and best.id,
-                         best_time_ms=best and best.time_ms, speedup_vs_model=best and best.speedup_vs_model,
-                         speedup_vs_reference=best and best.speedup_vs_reference,
+                         submitted=self.db.submitted, passed=len(self.db.passing()), best_id=best.id if best else None,
+                         best_time_ms=best.time_ms if best else None,
+                         speedup_vs_model=best.speedup_vs_model if best else None,
+                         speedup_vs_reference=best.speedup_vs_reference if best else None,
                          baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")},
                          error="" if best else self.why_no_kernel(),
                          timing_mode=((best.timing or {}).get("mode") or "") if best else "",

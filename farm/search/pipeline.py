@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable
 
@@ -121,7 +122,7 @@ def save_fixed(store: Store, prefix: str, identity: dict, fixed: dict) -> None:
 class DeviceClock:
     """The device's time per phase (farm.evaluate.lease) over one chunk, into the metrics."""
 
-    def __init__(self, target: str, specs: list):
+    def __init__(self, target: str, specs: Sequence):
         self.target = target
         self.leases = {spec.label: device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
                        for spec in specs}

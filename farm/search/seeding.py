@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from farm.errors import FarmError
 from farm.generators import Generator
@@ -15,14 +15,9 @@ from farm.search.database import Database, normalized_hash
 if TYPE_CHECKING:
     from farm.corpus.tasks import TaskRef
     from farm.generators import Context
+    from farm.search.context import SearchConfig
 
 log = logging.getLogger("farm.search.controller")
-
-
-class _Config(Protocol):
-    """controller.SearchConfig (which imports this module), as seeding reads it."""
-
-    seed: int
 
 
 class Seeding:
@@ -31,7 +26,7 @@ class Seeding:
 
     # the OpSearch's, set by its __init__
     ref: TaskRef
-    config: _Config
+    config: SearchConfig
     generators: dict[str, Generator]
     db: Database
     pending_seeds: list[dict]
