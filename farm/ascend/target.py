@@ -63,7 +63,8 @@ class AscendTarget(_Ascend, Target):
         import torch
         import triton
 
-        props = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())
+        npu = torch.npu  # type: ignore[attr-defined]  # torch_npu adds it; torch's stubs do not know it
+        props = triton.runtime.driver.active.utils.get_device_properties(npu.current_device())
         return {"num_aicore": props.get("num_aicore"), "num_vectorcore": props.get("num_vectorcore")}
 
     def device_monitor(self) -> NpuSmi:
@@ -182,7 +183,9 @@ def parse_npu_smi_usages(text: str) -> dict:
 
 
 def _num(text: str | None, scale: float) -> float | None:
+    if text is None:
+        return None
     try:
         return float(text) * scale
-    except (TypeError, ValueError):
-        return None  # '[N/A]', '[Not Supported]', missing
+    except ValueError:
+        return None  # '[N/A]', '[Not Supported]'

@@ -203,13 +203,14 @@ class DeviceTimer:
     def spin(self, ms: float) -> None:
         """Keep the device busy for about `ms` (the target's spin kernel, CUDA's; a no-op where it
         has none): the launches queued behind it are in place before it ends."""
-        if ms <= 0 or self._spin is None:
+        spin = self._spin
+        if ms <= 0 or spin is None:
             return
         if self._cycles_per_ms is None:
             cycles = 1_000_000
-            self._device_ms(lambda: self._spin(cycles))  # the first launch pays for loading
-            self._cycles_per_ms = cycles / max(1e-3, self._device_ms(lambda: self._spin(cycles)))
-        self._spin(int(ms * self._cycles_per_ms))
+            self._device_ms(lambda: spin(cycles))  # the first launch pays for loading
+            self._cycles_per_ms = cycles / max(1e-3, self._device_ms(lambda: spin(cycles)))
+        spin(int(ms * self._cycles_per_ms))
 
     def _device_ms(self, fn: Callable[[], object]) -> float:
         self.synchronize()

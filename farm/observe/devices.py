@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -94,8 +95,8 @@ def cpu_capacity(pid: int, cgroup: Path = CGROUP) -> float:
         quota = None if limit == "max" else int(limit) / int(period)
     except (OSError, ValueError):
         try:
-            limit = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
-            quota = None if limit <= 0 else limit / int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+            quota_us = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
+            quota = None if quota_us <= 0 else quota_us / int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
         except (OSError, ValueError, ZeroDivisionError):
             pass
     return max(min(cores, quota) if quota else cores, 1e-9)
@@ -125,7 +126,7 @@ class DeviceProbe:
         self._monitor = monitor
         self._lock = threading.Lock()
 
-    def stats(self, workers: list[Worker]) -> dict[int, DeviceStats]:
+    def stats(self, workers: Sequence[Worker]) -> dict[int, DeviceStats]:
         with self._lock:
             at, cached = self._cache
             if time.monotonic() - at > DEVICE_CACHE_S:
@@ -133,7 +134,7 @@ class DeviceProbe:
                 self._cache = (time.monotonic(), cached)
             return cached
 
-    def _query(self, workers: list[Worker]) -> dict[int, DeviceStats]:
+    def _query(self, workers: Sequence[Worker]) -> dict[int, DeviceStats]:
         if self._monitor is not None:
             found = self._monitor.stats([w.device for w in workers])
             return {device: DeviceStats(**values) for device, values in found.items()}

@@ -194,7 +194,9 @@ class Target:
 
     def event(self) -> Any:
         """A timing event of this device (torch.cuda.Event / torch.npu.Event)."""
-        return self.event_class()(enable_timing=True)
+        event_class = self.event_class()
+        assert event_class is not None, f"target {self.name} has no device events"  # asked of device targets only
+        return event_class(enable_timing=True)
 
     def device_name(self) -> str:
         module = self.device_module()
