@@ -28,9 +28,11 @@ def _on_signal(signum, frame) -> None:
         _leave_now(signum)
     _received.append(signum)
     threading.Thread(target=_watchdog, args=(signum,), name="farm-stop-watchdog", daemon=True).start()
-    isolation = sys.modules.get("farm.runtime.isolation")  # loaded only by commands that start children
-    if isolation is not None:
-        isolation.stop_children()
+    # loaded only by commands that start children; a module still being imported (the signal
+    # landed mid-import) has no stop_children yet, and has started no child either
+    stop = getattr(sys.modules.get("farm.runtime.isolation"), "stop_children", None)
+    if stop is not None:
+        stop()
     from farm.errors import Terminated
 
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()

@@ -319,6 +319,9 @@ class Evaluator(TrustedSide, Comparison):
         self._check_run(second, "the second run")
         if not identical(second["outputs"], first["outputs"]):
             raise _Stop("mismatch", "a second run on the same inputs gave different outputs")
+        # the decoy check's replay of the last fresh case runs before the candidate ever computed it:
+        # a freed buffer the allocator hands back then cannot hold that case's answer by chance
+        ghost = self._ghost_run(fresh[-1].key, fresh[-1].inputs) if fresh else None
         for i, case in enumerate(fresh):
             reply = self._call("run", limits.run_s, case.key, case.inputs, inplace_args=self.task.inplace_args)
             self._check_run(reply, f"fresh seed {i + 1}")
@@ -327,9 +330,9 @@ class Evaluator(TrustedSide, Comparison):
             self._check_deadline(f"fresh seed {i + 1}")
         self._verify_space(first, result)
         if fresh:
-            self._ghost(reply["outputs"], fresh[-1].key, fresh[-1].inputs)
+            self._ghost(reply["outputs"], ghost)
         else:  # the .pt alone (no unseen inputs): the decoy check still runs on it
-            self._ghost(first["outputs"], "pt", self.inputs)
+            self._ghost(first["outputs"], self._ghost_run("pt", self.inputs))
 
     def _verify_space(self, first: Reply, result: EvalResult) -> None:
         """The cases of the op's shape space (farm.evaluate.space_cases), once the cheap checks
@@ -348,12 +351,15 @@ class Evaluator(TrustedSide, Comparison):
             self._check_deadline(case.label)
         self._candidate.cached_inputs.discard(space_cases.RUNNER_KEY)
 
-    def _ghost(self, real: list, key: str, inputs: list) -> None:
-        """Replay with every Triton launch turned into a no-op: if the outputs do not change,
-        the kernels did not compute them (a decoy kernel next to a PyTorch forward)."""
-        ghost = self._call("run", self.settings.limits.run_s, key, inputs,
-                           inplace_args=self.task.inplace_args, ghost=True)
-        if ghost.get("outputs") is not None and identical(ghost["outputs"], real):
+    def _ghost_run(self, key: str, inputs: list) -> Reply:
+        """A replay with every Triton launch turned into a no-op."""
+        return self._call("run", self.settings.limits.run_s, key, inputs,
+                          inplace_args=self.task.inplace_args, ghost=True)
+
+    def _ghost(self, real: list, ghost: Reply | None) -> None:
+        """If the outputs do not change with every launch skipped, the kernels did not compute
+        them (a decoy kernel next to a PyTorch forward)."""
+        if ghost is not None and ghost.get("outputs") is not None and identical(ghost["outputs"], real):
             raise _Stop("cheat", "the outputs are the same with every Triton launch skipped: "
                                  "the kernels do not compute them")
 

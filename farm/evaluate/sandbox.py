@@ -323,17 +323,19 @@ class Sandbox:
         """The runner and everything it started, wherever it went: its session, its process
         tree, its pids cgroup. Its log stays readable until the next start or close."""
         self.resume()  # SIGKILL ends a stopped process too; this closes the pause's account
-        if self.proc is not None:
-            _signal_tree(self.proc.pid, signal.SIGKILL)
+        # read once: another thread (a timeout, close) may kill it at the same moment and clear them
+        proc, sock, cgroup = self.proc, self.sock, self.cgroup
+        if proc is not None:
+            _signal_tree(proc.pid, signal.SIGKILL)
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            self.proc.wait(timeout=10)
-        pids.kill_all(self.cgroup)
+            proc.wait(timeout=10)
+        pids.kill_all(cgroup)
         self.cgroup = None
-        if self.sock is not None:
-            self.sock.close()
+        if sock is not None:
+            sock.close()
         self.proc = self.sock = None
 
     def close(self) -> None:
