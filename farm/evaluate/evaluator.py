@@ -401,7 +401,11 @@ class Evaluator(TrustedSide, Comparison):
     # ------------------------------------------------------------ what a search asks besides verdicts
 
     def device_info(self) -> dict:
-        """The device as the trusted runner described it when it started (name, properties)."""
+        """The device as the trusted runner described it when it started (name, properties).
+        Started here if it has not yet: a later chunk reuses the stored fixed costs, so nothing
+        else has started it when the search reads the device, and an empty name made promotion
+        take the result for another device's and replace the best without comparing times."""
+        self.references.ensure_started()
         return self.references.device_info
 
     def compile_ahead(self, specs: list[DeviceSpec], size: int, target: str) -> CompileAhead:

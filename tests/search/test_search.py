@@ -261,6 +261,27 @@ def test_step_runs_bounded_chunks_until_done(demo_store):
     assert outcome.submitted == 4 and calls == 2  # one chunk per step; the second also finishes
 
 
+def test_a_search_run_in_chunks_keeps_its_device_for_promotion(demo_store):
+    """A resumed chunk reuses the stored fixed costs, so its trusted runner has not started when
+    the search reads the device: the result lost its device name, and promotion took it for
+    another device and replaced the best without comparing times (issue 37)."""
+    from farm.search.controller import OpSearch
+
+    store, refs = demo_store
+    data = load_reference(store, "demo", "row_sum")
+    config = SearchConfig(max_tasks=4, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False)
+    names = {}
+    for run, chunks in (("whole", None), ("chunked", 1)):
+        outcome = None
+        while outcome is None:
+            ctx = SearchContext(store, run, "cpu", [CPU], [load_generator("tune")], config)
+            outcome = OpSearch(refs["row_sum"], data, ctx).step(max_chunks=chunks)
+        names[run] = store.read_json(f"runs/{run}/demo/row_sum/report.json")["device_name"]
+    assert names["chunked"] == names["whole"] == CPU.target.device_name()
+    best = store.read_json("kernels/cpu/demo/row_sum/best.json")
+    assert best["device_name"] == names["whole"]
+
+
 def test_the_searchs_cache_flush_reaches_its_evaluators(demo_store):
     """--flush clean: every evaluator of the search times with the read sweep (farm.evaluate.timing)."""
     from farm.evaluate.evaluator import Evaluator
