@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -85,6 +86,7 @@ def push(
     folder = Path(from_dir).expanduser()
     if not folder.is_dir():
         raise FarmError(f"folder {folder} (--from) does not exist or is not a folder")
+    _require_refs(folder, "--from")
     _copy(open_folder(folder), _store(ctx, store), source, as_json, force)
 
 
@@ -111,6 +113,8 @@ def repair(
     ctx: typer.Context,
     store: StoreOpt = None,
     folder: Annotated[Optional[str], typer.Option("--dir", help="A local cache folder (<dir>/<source>/<op>.pt) instead of a store.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --dir: also replace a manifest.json that "
+                                                         "farm did not write (another tool's).")] = False,
     as_json: bool = JsonOption,
 ) -> None:
     """Rebuild refs/manifest.json from the stored objects: each .pt is re-read and loaded; good
@@ -122,6 +126,9 @@ def repair(
         raise FarmError("give either --store or --dir, not both")
     if folder and not Path(folder).expanduser().is_dir():
         raise FarmError(f"folder {folder} (--dir) does not exist")
+    if folder:
+        _require_refs(Path(folder).expanduser(), "--dir")
+        _keep_their_manifest(Path(folder).expanduser(), force)
     target = open_folder(folder) if folder else _store(ctx, store)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("repairing", total=None)
@@ -129,6 +136,25 @@ def repair(
         if not folder:
             rows += repair_runs(target, on_done=lambda r: progress.update(bar, advance=1, description=r["name"]))
     _report(rows, f"manifest rebuilt for {target.url}", as_json)
+
+
+def _require_refs(folder: Path, option: str) -> None:
+    """A folder given as reference data holds some: a typo'd or foreign folder is no empty success."""
+    if not any(p.parent.parent == folder and not p.parent.name.startswith(".") for p in folder.glob("*/*.pt")):
+        raise FarmError(f"no reference data (<source>/<op>.pt) in {folder} ({option})")
+
+
+def _keep_their_manifest(folder: Path, force: bool) -> None:
+    """Another tool's manifest.json (valid JSON, not the farm's: no 'entries') is theirs: repair
+    replaces it only when told to. A damaged one, or the farm's, is what repair is for."""
+    path = folder / "manifest.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if not force and not (isinstance(doc, dict) and "entries" in doc):
+        raise FarmError(f"{path} is not a manifest farm wrote (another tool's?): `farm cache repair --dir` would "
+                        "replace it; move it away, or give --force to replace it")
 
 
 def _copy(src, dst, sources, as_json: bool, force: bool = False) -> None:

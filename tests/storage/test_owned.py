@@ -108,3 +108,23 @@ def test_cache_pull_and_reference_folder_write_only_their_files(tmp_path):
     again.put_bytes("refs/demo/op.pt", b"new")
     assert set(json.loads((dest / MARKER).read_text())["files"]) == {"demo/op.pt", "manifest.json"}
     assert [i.key for i in again.list("refs/")] == ["refs/demo/op.pt", "refs/manifest.json"]  # marker not listed
+
+
+def test_cache_repair_and_push_of_a_folder_that_is_not_farms(cli, tmp_path):
+    """`farm cache repair --dir` rewrote any folder's manifest.json (another tool's, say AKG's
+    generator's) and exited 0 on a folder with no reference data, as `cache push --from` did."""
+    empty = tmp_path / "notes"
+    empty.mkdir()
+    (empty / "a.txt").write_text("mine")
+    for args in (["cache", "repair", "--dir", empty], ["cache", "push", "--from", empty, "--store", f"file://{tmp_path / 's'}"]):
+        res = cli(*args)
+        assert res.exit_code == 2 and "no reference data (<source>/<op>.pt) in" in res.stderr, res.output
+    assert sorted(p.name for p in empty.iterdir()) == ["a.txt"] and not (tmp_path / "s").exists()
+    theirs = tmp_path / "akg_refs"  # made by the existing tools: their manifest, no marker
+    (theirs / "demo").mkdir(parents=True)
+    (theirs / "demo" / "op.pt").write_bytes(b"data")
+    (theirs / "manifest.json").write_text('{"total": 1, "ops": [{"op_name": "op", "success": true}]}')
+    res = cli("cache", "repair", "--dir", theirs)
+    assert res.exit_code == 2 and "is not a manifest farm wrote" in " ".join(res.stderr.split()), res.output
+    assert "--force" in res.stderr and "Traceback" not in res.output
+    assert json.loads((theirs / "manifest.json").read_text())["total"] == 1
