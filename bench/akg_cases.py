@@ -25,6 +25,7 @@ alone unless --timed-cases says otherwise).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -33,17 +34,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = "akg-cases"
 
 
-def farm(args: list[str], env: dict, timeout: float, log: Path | None = None) -> subprocess.CompletedProcess:
+def farm(args: list[str], env: dict, timeout: float, log: Path | TextIO) -> subprocess.CompletedProcess:
+    """`farm ARGS`, its stderr appended to `log` (a file, or this script's stderr)."""
     cmd = [sys.executable, "-m", "farm", *args]
-    with open(log, "a") if log else open(os.devnull, "w") as sink:
-        if log:
-            sink.write(f"$ {' '.join(cmd)}\n")
-            sink.flush()
+    with open(log, "a") if isinstance(log, Path) else contextlib.nullcontext(log) as sink:
+        sink.write(f"$ {' '.join(cmd)}\n")
+        sink.flush()
         try:
             return subprocess.run(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=sink, text=True,
                                   timeout=max(1.0, timeout), check=False)
@@ -52,10 +54,12 @@ def farm(args: list[str], env: dict, timeout: float, log: Path | None = None) ->
 
 
 def listed_ops(env: dict, wanted: str, akg: bool) -> list[tuple[str, str]]:
-    proc = farm(["ops", "list", "--json"], env, 600)
-    if proc.returncode != 0:
+    proc = farm(["ops", "list", "--json"], env, 600, sys.stderr)
+    try:  # exit 1 with a table: some files of the corpus are invalid (their rows say why); the rest run
+        listed = json.loads(proc.stdout)
+    except ValueError:
         sys.exit(f"error: `farm ops list` failed (exit {proc.returncode}); see its message above")
-    rows = [r for r in json.loads(proc.stdout) if r.get("status") == "ok" and (not akg or r.get("origin") == "akg")]
+    rows = [r for r in listed if r.get("status") == "ok" and (not akg or r.get("origin") == "akg")]
     every = [(r["source"], r["op"]) for r in rows]
     if wanted == "all":
         return every
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.corpus:
         (work / "farm.yaml").write_text(f"corpus:\n  akg_root: {json.dumps(str(Path(a.corpus).resolve()))}\n")
         env["FARM_CONFIG"] = str(work / "farm.yaml")
-    if a.target != "cpu":
+    if a.target != "cpu":  # the farm reads the mask where a device is named (farm.targets.through_mask)
         env["CUDA_VISIBLE_DEVICES" if a.target == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"] = a.device
     sets = [f"reference.cases={a.cases}"] * (a.cases is not None) + [f"evaluator.timed_cases={a.timed_cases}"] * bool(a.timed_cases)
     ops = listed_ops(env, a.ops, bool(a.corpus))

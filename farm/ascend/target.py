@@ -54,6 +54,11 @@ class AscendTarget(_Ascend, Target):
             nodes += sorted(str(p) for p in Path("/dev").glob("davinci[0-9]*"))
         return [n for n in nodes if os.path.exists(n)]
 
+    def sandbox_env(self, index: int | None) -> dict[str, str]:
+        # with /dev/davinciN alone bound, the runtime numbers that NPU 0, as in a container the
+        # Ascend docker runtime gives one NPU (from its documentation; not run on hardware)
+        return {"ASCEND_RT_VISIBLE_DEVICES": "0"} if index is not None and os.path.exists(f"/dev/davinci{index}") else {}
+
     def sandbox_paths(self) -> list[str]:
         # the driver and CANN (/usr/local/Ascend is under /usr already); the installer's record
         return [p for p in ("/etc/ascend_install.info", "/usr/local/dcmi") if os.path.exists(p)]

@@ -48,7 +48,7 @@ from farm.search.context import SearchConfig, SearchContext
 from farm.search.controller import search_op
 from farm.search.results import best_speedup
 from farm.storage import locks, open_store
-from farm.targets import DeviceSpec, resolve_device, usable_device
+from farm.targets import DeviceSpec, resolve_device, through_mask, usable_device
 
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
 TargetOpt = Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")]
@@ -72,7 +72,8 @@ def parse_devices(target: str, devices: str | None) -> list[DeviceSpec]:
         raise FarmError(f"--devices takes device indices like '0,1,2,3', not {devices!r}")
     if first.target.visible_env is None:
         raise FarmError(f"target {first.target.name} has no devices to number: leave out --devices")
-    return [resolve_device(f"{first.target.name}:{part}", option="--devices") for part in parts]
+    return [through_mask(resolve_device(f"{first.target.name}:{part}", option="--devices"), "--devices")
+            for part in parts]
 
 
 def stand_in_notice(text: str) -> None:

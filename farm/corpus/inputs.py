@@ -7,17 +7,13 @@ May import: farm.corpus.tasks and lower stages.
 from __future__ import annotations
 
 import contextlib
-import threading
 
 from farm.corpus import tasks as corpus
 from farm.errors import TaskError
 from farm.runtime import pointers
-from farm.runtime.tensors import same_values, seed_all
+from farm.runtime.tensors import GENERATOR, same_values, seed_all
 
-# torch's global generator (and its deterministic-fill switch) is one per process: where several
-# ops are searched in threads of one process (--ops-per-device), a draw seeded in one thread was
-# advanced by another's, and the task was called nondeterministic. Seeding and drawing take turns.
-_DRAWING = threading.RLock()
+_DRAWING = GENERATOR  # seeding and drawing take turns with every other use (farm.runtime.tensors)
 
 
 def draw_init_inputs(task: corpus.Task, seed: int) -> list:

@@ -36,6 +36,7 @@ from farm.corpus.cases import (
 from farm.corpus.shapes import measure, memory_limit_bytes, size_constants
 from farm.corpus.space_types import Dim, ShapeSpace
 from farm.errors import TaskError
+from farm.runtime.tensors import own_generator
 
 SPACE_NAME = "SHAPE_SPACE"
 PROBE_LIMIT = 40  # values tried upward from 1 for a derived dimension's low end
@@ -161,13 +162,12 @@ def _input_shapes(task, space: ShapeSpace, case: Case, strict: bool = True, real
     with applied(task, space, case):
         try:
             try:
-                with torch.device("meta"), torch.random.fork_rng(devices=[]):
+                with torch.device("meta"), own_generator():
                     values = task.module.get_inputs(**task.input_kwargs)
             except Exception:
                 if not real:
                     raise
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(case.seed)
+                with own_generator(case.seed):
                     values = task.module.get_inputs(**task.input_kwargs)
         except Exception as exc:  # noqa: BLE001 - the file's own failure at this case
             if not strict:

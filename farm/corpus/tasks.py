@@ -26,6 +26,7 @@ from farm.corpus.outputs import check_outputs  # noqa: F401 - corpus.check_outpu
 from farm.corpus.shapes import NoShapes, ShapePolicy, derive, measure, memory_limit_bytes
 from farm.corpus.toplevel import run_top_level
 from farm.errors import FarmError, InvalidName, TaskError
+from farm.runtime.tensors import own_generator
 
 if TYPE_CHECKING:  # torch is imported where a task is loaded: listing tasks needs none
     from torch import nn
@@ -478,10 +479,9 @@ def _check_real_forward(task: Task, overrides: dict) -> None:
     import torch
 
     try:
-        torch.manual_seed(0)
-        init_inputs = list(task.module.get_init_inputs())
-        model = task.model_cls(*init_inputs).eval()
-        with torch.no_grad():
+        with own_generator(0), torch.no_grad():
+            init_inputs = list(task.module.get_init_inputs())
+            model = task.model_cls(*init_inputs).eval()
             model(*task.module.get_inputs())
     except Exception as exc:  # noqa: BLE001 - the derived shapes do not suit this Model
         shown = ", ".join(f"{k}={v}" for k, v in overrides.items())

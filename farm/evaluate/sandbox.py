@@ -272,9 +272,11 @@ class Sandbox:
                 f"main({fd}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
 
     def _argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """The command inside the OS boundary; `env` takes the target's pin for inside it."""
         if not self.boundary.on:
             return argv
         target = self.spec.target
+        env.update(target.sandbox_env(self.spec.index))
         return os_boundary.wrap(argv, scratch=self.scratch, env=env, devices=target.sandbox_nodes(self.spec.index),
                                 read_only=[*self.read_only, *target.sandbox_paths()],
                                 scratch_mb=self.limits.scratch_mb, tmp_mb=self.limits.tmp_mb)

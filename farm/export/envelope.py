@@ -28,7 +28,7 @@ from farm.errors import FarmError
 from farm.export import package_envelope
 from farm.runtime import grads
 from farm.runtime.compare import all_ok, as_output_list, compare_outputs, through_inputs
-from farm.runtime.tensors import clone_values, describe_values, to_cpu, to_device
+from farm.runtime.tensors import clone_values, describe_values, own_generator, to_cpu, to_device
 
 DEFAULT_CASES = 8
 
@@ -92,8 +92,7 @@ def _truth_case(task, space, case, truth: type, init_inputs: list, device: str) 
 
     with applied(task, space, case):
         inputs = draw_inputs(task, case.seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with own_generator(0):
         model = truth(*init_inputs).to(device).eval()
     run: dict[str, Any] = {"case": case, "inputs": inputs}
     if task.backward:

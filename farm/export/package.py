@@ -39,6 +39,7 @@ from farm.export.package_layers import recognise
 from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, package_init, pyproject, readme
 from farm.reference.manifest import now
 from farm.runtime.compare import DEFAULT_TOLERANCE, through_inputs
+from farm.runtime.tensors import own_generator
 from farm.search.results import best_record, best_speedup, kernel_prefix, kernel_source, op_prefix
 from farm.storage import Store, owned
 
@@ -279,8 +280,7 @@ def _output_structure(truth_cls: type | None, data: dict) -> dict | None:
     if truth_cls is None:
         return None
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(0)
+        with own_generator(0), torch.no_grad():
             model = truth_cls(*data.get("init_inputs", [])).to("meta")
             raw = model(*[v.to("meta") if isinstance(v, torch.Tensor) else v for v in data["inputs"]])
     except Exception:  # noqa: BLE001 - the truth cannot run on meta: no custom op for it

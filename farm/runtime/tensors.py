@@ -3,11 +3,30 @@ moving, cloning, describing. Shared by ops check, reference generation and the e
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
+import threading
 from typing import Any
 
 from farm.runtime import pointers
+
+# torch's global generator is one per process: where threads of one process draw inputs or build
+# models (ops searched or exported side by side), a draw seeded in one thread was advanced or
+# re-seeded by another's, and the task was called nondeterministic. Every use takes turns here.
+GENERATOR = threading.RLock()
+
+
+@contextlib.contextmanager
+def own_generator(seed: int | None = None):
+    """torch's global generator for this thread alone while the block runs: seeded where `seed`
+    is given, and restored afterwards (the caller's draws continue as if nothing ran)."""
+    import torch
+
+    with GENERATOR, torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
 
 
 def seed_all(seed: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "farm.targets"
 
 __all__ = ["Target", "DeviceSpec", "available", "builtin_targets", "get_target", "known", "accelerator_present",
-           "resolve_device", "usable_device", "import_device_runtime", "synchronize", "device_name", "has_device",
+           "resolve_device", "usable_device", "through_mask", "import_device_runtime", "synchronize", "device_name", "has_device",
            "on_this_host"]
 
 
@@ -123,11 +124,31 @@ def usable_device(text: str | int | None, default_target: str = "auto", option: 
     """resolve_device for work in this process and its children, on this host (on_this_host:
     a stand-in where one exists); a target the installed packages cannot run (a CPU-only torch
     asked for cuda) is an error now, not one per op."""
-    spec = on_this_host(resolve_device(text, default_target, option), notify)
+    spec = on_this_host(through_mask(resolve_device(text, default_target, option), option), notify)
     why = spec.target.unusable()
     if why:
         raise FarmError(f"target {spec.target.name} ({option} {text}): {why}")
     return spec
+
+
+def through_mask(spec: DeviceSpec, option: str = "--device") -> DeviceSpec:
+    """The device the user's environment means. Under CUDA_VISIBLE_DEVICES=2,3 (a scheduler's
+    share of the host, or a user picking a GPU) cuda:0 is the host's GPU 2, as in every CUDA
+    program; the farm numbers devices by host index (its labels, locks and children's pins), so
+    the mask is read once, where the user names a device, and never again in a child."""
+    var = spec.target.visible_env
+    mask = os.environ.get(var, "").strip() if var else ""
+    if spec.index is None or not mask or not var:
+        return spec
+    shown = [part.strip() for part in mask.split(",")]
+    if not all(part.isdigit() for part in shown):
+        raise FarmError(f"{var}={mask}: the farm pins {spec.target.name} devices by their index on the host and "
+                        f"cannot place names or UUIDs; set {var} to indices (e.g. 2,3) or unset it and use "
+                        f"{option} {spec.target.name}:<host index>")
+    if spec.index >= len(shown):
+        raise FarmError(f"{option} {spec.label}: {var}={mask} shows {len(shown)} device(s), numbered "
+                        f"{spec.target.name}:0..{len(shown) - 1} (host index {', '.join(shown)})")
+    return DeviceSpec(spec.target, int(shown[spec.index]))
 
 
 def resolve_device(text: str | int | None, default_target: str = "auto", option: str = "--device") -> DeviceSpec:

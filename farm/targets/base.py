@@ -106,6 +106,12 @@ class Target:
         them, and nothing else of /dev beyond null, zero, random, shm...). None for cpu."""
         return []
 
+    def sandbox_env(self, index: int | None) -> dict[str, str]:
+        """Variables that replace pin_env's inside the sandbox: where sandbox_nodes binds the
+        pinned device's node alone, the runtime inside counts one device, so the pin names it
+        by its index there (0), not by its index on the host."""
+        return {}
+
     def sandbox_paths(self) -> list[str]:
         """Driver folders and files outside /usr that the child reads (bound read-only)."""
         return []

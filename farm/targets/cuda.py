@@ -52,10 +52,14 @@ class CudaTarget(Target):
         their nodes), every GPU node present is bound and CUDA_VISIBLE_DEVICES alone pins."""
         control = [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                                "/dev/nvidia-caps") if os.path.exists(p)]
-        minors = _nvidia_minors_by_bus()
-        if index is not None and 0 <= index < len(minors) and os.path.exists(f"/dev/nvidia{minors[index]}"):
-            return control + [f"/dev/nvidia{minors[index]}"]
-        return control + sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
+        node = _pinned_node(index)
+        return control + ([node] if node else sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*")))
+
+    def sandbox_env(self, index: int | None) -> dict[str, str]:
+        # CUDA counts only the GPUs whose node it can open: with the pinned GPU's node alone
+        # bound, that GPU is device 0 inside, and pinning its host index (cuda:1 -> "1") left
+        # the runner with no GPU at all (every device but the first on a several-GPU host)
+        return {"CUDA_VISIBLE_DEVICES": "0"} if _pinned_node(index) else {}
 
     def device_monitor(self) -> Nvml:
         return Nvml()
@@ -103,6 +107,14 @@ class CudaTarget(Target):
                 call()
         torch.cuda.synchronize()
         return graph
+
+
+def _pinned_node(index: int | None) -> str | None:
+    """/dev/nvidiaN of the GPU at host index `index` (PCI bus order), where the driver names it."""
+    minors = _nvidia_minors_by_bus()
+    if index is not None and 0 <= index < len(minors) and os.path.exists(f"/dev/nvidia{minors[index]}"):
+        return f"/dev/nvidia{minors[index]}"
+    return None
 
 
 def _nvidia_minors_by_bus() -> list[int]:

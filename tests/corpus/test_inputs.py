@@ -4,6 +4,7 @@ one device, --ops-per-device): each thread gets what a draw alone gets."""
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 
@@ -63,3 +64,34 @@ def test_an_address_passed_as_an_input_is_drawn_as_the_same_token_every_time(tmp
     first, second = draw_inputs(task, 0), draw_inputs(task, 0)  # raised "nondeterministic" before
     assert torch.equal(first[1], second[1]) and int(first[1][0]) >> 48 == pointers.TAG
     assert to_device(first, "cpu")[1].tolist() == [first[0].data_ptr()]
+
+
+def test_a_thread_building_a_seeded_model_never_moves_another_threads_draw(tmp_path):
+    """Export checks ops side by side in threads: one builds its truth's Model under seed 0 while
+    another draws a task's inputs. Seeding and building used torch's global generator outside
+    the draws' turn, so a draw was re-seeded half-way and the task called nondeterministic."""
+    from farm.runtime.tensors import own_generator
+
+    task = task_file(tmp_path, "slow_draw", SLOW_DRAW)
+    alone = draw_seeded(task, 3)
+    stop, errors = threading.Event(), []
+
+    def builder() -> None:
+        while not stop.is_set():
+            with own_generator(0):  # as farm.export.envelope builds a truth
+                torch.nn.Linear(32, 32)
+                time.sleep(0.001)
+
+    thread = threading.Thread(target=builder)
+    thread.start()
+    try:
+        for _ in range(20):
+            got = draw_inputs(task, 3)
+            if not all(torch.equal(a, b) for a, b in zip(got, alone)):
+                errors.append("moved")
+    except Exception as exc:  # noqa: BLE001 - collected for the assertion
+        errors.append(exc)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:1]

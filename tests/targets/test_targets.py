@@ -90,3 +90,27 @@ def test_a_plugin_target_runs_the_whole_flow_reference_to_export(plugin_target_p
                            env={**os.environ, "PYTHONPATH": str(pkg), "TRITON_INTERPRET": "1"}, cwd=pkg,
                            capture_output=True, text=True, timeout=600)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
+
+
+def test_a_device_named_under_the_users_mask_is_the_host_device_the_mask_shows(monkeypatch):
+    """CUDA_VISIBLE_DEVICES=2,3 (a scheduler's share, or a user picking GPUs): cuda:0 and auto
+    are the host's GPU 2 and cuda:1 its GPU 3, as in any CUDA program; the farm used to pin the
+    host's GPU 0 and 1, outside the share, without a word."""
+    from farm.targets import through_mask, usable_device
+
+    cuda_type = type(resolve_device("cuda:0").target)
+    monkeypatch.setattr(cuda_type, "unusable", lambda self: None)  # this host's torch has no CUDA
+    monkeypatch.setattr("farm.targets.accelerator_present", lambda: "cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert usable_device("cuda:0").label == "cuda:2" and usable_device("auto").label == "cuda:2"
+    assert usable_device("cuda:1").child_env()["CUDA_VISIBLE_DEVICES"] == "3"
+    with pytest.raises(FarmError, match=r"--device cuda:2: CUDA_VISIBLE_DEVICES=2,3 shows 2 device\(s\)"):
+        usable_device("cuda:2")
+    assert resolve_device("cuda:3").label == "cuda:3"  # a child's label is the host's: never re-mapped
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5a1b")
+    with pytest.raises(FarmError, match="CUDA_VISIBLE_DEVICES=GPU-5a1b: .*indices"):
+        through_mask(resolve_device("cuda:0"), "--devices")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert usable_device("cuda:1").label == "cuda:1"
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "6")
+    assert through_mask(resolve_device("npu:0")).label == "ascend:6"

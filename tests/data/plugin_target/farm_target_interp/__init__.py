@@ -80,6 +80,10 @@ class InterpTarget(Target):
         CALLS["sandbox_nodes"] += 1
         return []  # no device files: the chip is the host
 
+    def sandbox_env(self, index: int | None) -> dict[str, str]:
+        CALLS["sandbox_env"] += 1
+        return {}
+
     def sandbox_paths(self) -> list[str]:
         CALLS["sandbox_paths"] += 1
         return [str(HERE)]  # the "driver": this package, read-only in the sandbox
