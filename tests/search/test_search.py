@@ -484,3 +484,18 @@ def test_a_pass_on_the_pt_alone_never_replaces_one_checked_on_unseen_inputs(tmp_
     assert _promoted(store, then, then_ms) is replaced
     best = store.read_json("kernels/cpu/akg/twice/best.json")
     assert best["unseen_inputs"] is ((then if replaced else first) is not PT_ONLY)
+
+
+def test_a_time_budget_spent_before_the_seeds_ran_still_judges_them(demo_store):
+    """A cold compile making the seeds can use up a short budget alone: on an H100, ops that
+    torch.compile makes 10x faster ended zero_pass, stopped before their inductor seeds ran."""
+    store, refs = demo_store
+    data = load_reference(store, "demo", "vector_add_scale")
+    config = SearchConfig(max_tasks=8, max_concurrent=1, chunk_size=1, generators=("tune",), time_budget_s=1e-9)
+    out = search_op(refs["vector_add_scale"], data,
+                    SearchContext(store, "spent", "cpu", [CPU], [load_generator("tune")], config))
+    report = json.loads(store.get_bytes("runs/spent/demo/vector_add_scale/report.json"))
+    seeds = [c for c in report["candidates"] if c.get("generation") == 0]
+    assert seeds and all(c["verdict"] != "pending" for c in seeds), report["candidates"]
+    assert out.status == "succeeded" and report["stop_reason"] == "time_budget"
+    assert report["submitted"] == len(seeds)  # nothing beyond the seeds: the budget holds after them
