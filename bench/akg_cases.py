@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timed-cases", default=None, help="evaluator.timed_cases [auto]")
     p.add_argument("--generators", default=None, help="farm run --generators [its default]")
     p.add_argument("--store", default=None, help="store folder to use/keep [a temporary one]")
+    p.add_argument("--verbose", action="store_true", help="farm -v: each op's debug log in logs/")
     p.add_argument("--out", required=True, help="folder for cases.jsonl, summary.md, logs/")
     a = p.parse_args(argv)
     start = time.monotonic()
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             if left <= 5:
                 status = "not reached (budget)"
             else:
-                args = [x for s in sets for x in ("--set", s)] + [
+                args = ["-v"] * a.verbose + [x for s in sets for x in ("--set", s)] + [
                     "run", "--ops", f"{source}/{op}", "--target", a.target, "--max-tasks", str(a.max_tasks),
                     "--run", RUN, "--json"] + (["--generators", a.generators] if a.generators else [])
                 proc = farm(args, env, left, out / "logs" / f"{source}__{op}.log")
