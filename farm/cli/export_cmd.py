@@ -59,7 +59,8 @@ def export(
                     [[f"{e['source']}/{e['op']}", f"{e['module']}.{e['function']}", ", ".join(e["targets"]),
                       e["truth"] or "none", ", ".join(f"{t}: {v}" for t, v in e["envelope"].items()),
                       ", ".join(layer["kind"] for layer in e["layers"]) or "-",
-                      ", ".join(fmt_best({"speedup_vs_model": v, "timing_mode": e["timing_mode"].get(t)})
+                      ", ".join(fmt_best({"speedup_vs_model": v, "timing_mode": e["timing_mode"].get(t),
+                                                "retimed": e["retimed"].get(t)})
                                 for t, v in e["speedup_vs_model"].items()),
                       ", ".join(f"{t}: {v}" for t, v in e["aot"].items()) or "-"] for e in index["ops"]]))
     out.print(f"pip install {out_dir} && pytest {out_dir}/tests", highlight=False)

@@ -21,11 +21,13 @@ from typing import Any
 from farm.corpus.tasks import validate_name
 from farm.errors import FarmError
 from farm.evaluate.options import EvalOptions
+from farm.evaluate.timing import INTERPRETER
 from farm.reference.manifest import now
 from farm.search import catalog, ledger
 from farm.search.context import SearchConfig
 from farm.search.results import best_speedup
 from farm.storage import Store
+from farm.targets import known
 
 TERMINAL = ("done", "failed", "cancelled")
 PHASES = ("queued", "reference", "searching", "interrupted", "cancelling") + TERMINAL
@@ -253,7 +255,7 @@ def summarize_local(store: Store, run: str) -> dict[str, Any]:
         for (source, op), files in catalog.op_files(store, run, ("report.json", "state.json")).items():
             if f"{source}/{op}" not in rows:
                 rows[f"{source}/{op}"] = _from_folder(store, run, source, op, files, alive)
-    ops = [rows[k] for k in sorted(rows)]
+    ops = _interpreted([rows[k] for k in sorted(rows)], entry.get("target"))
     if not ops and not entry:
         raise FarmError(f"no run {run!r} in {store.url} (farm status --all lists the runs)")
     count = lambda phase: sum(1 for r in ops if r["phase"] == phase)  # noqa: E731
@@ -291,6 +293,7 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
                      "started_at": st.get("started_at"), "updated_at": st.get("updated_at"),
                      "error": st.get("error", ""), "verdicts": st.get("verdicts", {}), "running": st.get("running"),
                      "recovered": st.get("recovered", [])})
+    rows = _interpreted(rows, spec.target)
     totals = _totals(rows, spec)
     if doc.get("cancelled_at"):
         status = "cancelling" if any(r["phase"] == "cancelling" for r in rows) else "cancelled"
@@ -300,6 +303,16 @@ def summarize(store: Store, run: str) -> dict[str, Any]:
             "created_at": spec.created_at,
             "cancelled_at": doc.get("cancelled_at"), "totals": totals, "eta_s": _eta(rows, spec, totals),
             "ops": rows}
+
+
+def _interpreted(rows: list[dict], target: str | None) -> list[dict]:
+    """The rows of a run on an interpreting target (cpu): a best figure an outcome written before
+    they were labelled so calls "events" is the interpreter's, and says so (timing.INTERPRETER)."""
+    if (t := known(target)) is not None and t.interpret:
+        for row in rows:
+            if row.get("best_timing_mode") == "events":
+                row["best_timing_mode"] = INTERPRETER
+    return rows
 
 
 def _totals(rows: list[dict], spec: RunSpec) -> dict[str, int]:

@@ -42,6 +42,7 @@ from farm.distributed.publish import enqueue_reference, enqueue_search, referenc
 from farm.distributed.queues import DEVICE_ENV, queue_name
 from farm.distributed.runs import RunSpec, load_run, op_best, update_op
 from farm.errors import FarmError, IntegrityError, StorageError
+from farm.evaluate.timing import mode_of
 from farm.generators import load_generator
 from farm.observe import metrics
 from farm.reference.generate import generate_references, reference_cases
@@ -280,7 +281,7 @@ def _progress(search: OpSearch) -> dict[str, Any]:
     verdicts = Counter(r.verdict for r in search.db.records.values() if r.verdict != "pending")
     return {"chunk": search.chunks_done, "tried": search.db.submitted, "passed": len(search.db.passing()),
             "best_speedup": best.speedup_vs_model if best else None, "best_time_ms": best.time_ms if best else None,
-            "best_timing_mode": (best.timing or {}).get("mode") if best else None,
+            "best_timing_mode": (mode_of(best.timing) or None) if best else None,
             "verdicts": dict(sorted(verdicts.items()))}
 
 

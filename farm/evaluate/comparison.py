@@ -290,7 +290,8 @@ class Comparison(EvaluatorState):
         self._check_timed_outputs(outputs, mode)
         self._check_clock(mode, ready, rounds)
         self._record_timing(result, samples, mode, reason, op)
-        comparison = {"op_mode": op["mode"], "op_mode_reason": op["reason"], "rounds": rounds,
+        label = lambda m: timing.recorded_mode(m, self.spec.target)  # noqa: E731
+        comparison = {"op_mode": label(op["mode"]), "op_mode_reason": op["reason"], "rounds": rounds,
                       "round_reps": self.settings.round_reps, "graph_calls": op["graph_calls"],
                       "clock": self._clock.summary(speedups.CANDIDATE)}
         if self._cut:
@@ -300,7 +301,7 @@ class Comparison(EvaluatorState):
             seq_mode = next((m for m, seq in per_mode.items() if any(w == name for w, _ in seq)), None)
             summary = speedups.summarize(speedups.round_ratios(per_mode[seq_mode], name)) if seq_mode else None
             if summary:
-                comparison[key] = {**summary, "mode": seq_mode}
+                comparison[key] = {**summary, "mode": label(seq_mode)}
             elif name in slots:
                 comparison[f"{key}_error"] = slots[name] or failed.get(name, "no rounds")
         result.comparison = comparison
@@ -334,7 +335,8 @@ class Comparison(EvaluatorState):
         stats = timing.stats_of(samples, target.graph_method if mode == "graph" else target.event_method,
                                 "rounds").as_dict()
         per_call = result.timing or {}
-        result.timing = {**stats, "mode": mode, "mode_reason": reason, "op_mode": op["mode"],
+        result.timing = {**stats, "mode": timing.recorded_mode(mode, target), "mode_reason": reason,
+                         "op_mode": timing.recorded_mode(op["mode"], target),
                          "flush": op["flush"] if mode == op["mode"] else self.settings.timing.get("flush", "write"),
                          "graph_calls": op["graph_calls"] if mode == "graph" else 0,
                          "per_call_ms": per_call.get("median_ms"),

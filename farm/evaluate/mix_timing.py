@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 
 from farm.evaluate import speedup as speedups
+from farm.evaluate import timing
 from farm.evaluate.result import NotCapturable, nbytes
 from farm.evaluate.space_cases import RUNNER_KEY, shapes_text
 from farm.evaluate.timer import RoundClock
@@ -45,7 +46,8 @@ def time_mix(ev, result, mode: str, ready: list[str], rounds: int) -> None:
     if mix and "Model" in ready and not ev._cut:
         for case in mix:
             summary, case_ms, model_ms, case_mode = _time_case(ev, case, mode, rounds)
-            rows.append(_row(case.tag, case.label, shapes_text(case), case_ms, model_ms, summary, case_mode))
+            rows.append(_row(case.tag, case.label, shapes_text(case), case_ms, model_ms, summary,
+                             timing.recorded_mode(case_mode, ev.spec.target)))
     result.timing["cases"] = rows
     summaries = [(r["label"], {"ratio": r["speedup"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
                                "rounds": r["rounds"]}) for r in rows]

@@ -308,6 +308,26 @@ GRAPH_REPLAY_MS = 0.5  # aim for replays this long: long enough for the events, 
 MAX_GRAPH_CALLS = 256
 
 
+# "interpreter": what a figure timed on an interpreting target (cpu) is recorded and shown as.
+# It is timed per call ("events" inside the evaluator), but on the host clock around Triton's
+# interpreter, so no surface calls it "events" (issue 35 item 7).
+INTERPRETER = "interpreter"
+
+
+def recorded_mode(mode: str, target: Target) -> str:
+    """The mode a figure of `target` timed in `mode` is recorded with (result timing, comparison)."""
+    return INTERPRETER if target.interpret else mode
+
+
+def mode_of(timing: dict | None, default: str = "") -> str:
+    """A stored timing's mode as every surface shows it: "interpreter" also for a record written
+    before it was recorded so (mode "events", method "host_clock")."""
+    timing = timing or {}
+    if timing.get("method") == "host_clock":
+        return INTERPRETER
+    return timing.get("mode") or default
+
+
 def check_mode(mode: str) -> str:
     if mode not in TIMING_MODES:
         raise FarmError(f"unknown timing mode '{mode}' (--timing-mode): use auto, events or graph")

@@ -26,7 +26,7 @@ from farm.distributed.runs import is_local, load_run
 from farm.errors import FarmError
 from farm.evaluate import verified
 from farm.reference.manifest import now
-from farm.search.results import best_record, best_speedup, fmt_best, kernel_prefix, kernel_source
+from farm.search.results import best_record, best_speedup, fmt_best, kernel_prefix, kernel_source, stored_mode
 from farm.storage import Store, owned
 
 
@@ -85,7 +85,8 @@ def _write(store: Store, metas: list[dict], stage: Path, settings: Settings | No
         path.write_bytes(kernel_source(store, kernel_prefix(meta["target"], meta["source"], meta["op"])))
         module = ".".join((meta["target"], module_name(meta["source"]), module_name(meta["op"])))
         entries.append({"module": module, "file": str(path.relative_to(stage)),
-                        "description": _describe(settings, meta["source"], meta["op"]), **meta})
+                        "description": _describe(settings, meta["source"], meta["op"]), **meta,
+                        "timing_mode": stored_mode(meta) or meta.get("timing_mode")})
     index = {"fetched_at": now(), "store": store.url, "run": run, "kernels": entries,
              "report": fetch_report(store, run, stage / "report") if run else None}
     (stage / "index.json").write_text(json.dumps(index, indent=2, default=str) + "\n")

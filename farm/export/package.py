@@ -177,6 +177,7 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
         (folder / f"kernel_{target}.py").write_bytes(best)
         report = _report(store, meta)
         device = _device_of(target)
+        figure = best_speedup(meta) or {}  # the op's best speedup with its timing mode, as every surface shows it
         kernels[target] = {
             "module": f"kernel_{target}", **device, "verified_inputs": [describe(v) for v in data["inputs"]],
             "envelope": {**envelope.check(ref, data, folder / f"kernel_{target}.py", device, cases),
@@ -186,9 +187,8 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
             **{k: meta.get(k) for k in ("run", "candidate", "generator", "device_name", "time_ms",
                                         "speedup_vs_reference", "timing", "verified", "baseline", "provenance",
                                         "provenance_check")},
-            # the op's best speedup with its timing mode, as every surface shows it
-            "speedup_vs_model": (best_speedup(meta) or {}).get("speedup_vs_model"),
-            "timing_mode": (best_speedup(meta) or {}).get("timing_mode"),
+            "speedup_vs_model": figure.get("speedup_vs_model"), "timing_mode": figure.get("timing_mode"),
+            "retimed": figure.get("retimed"),
         }
         if _aot_c(target) and aot_mode != "off":
             kernels[target]["aot"] = _export_aot(out, source, op, best, data_file, pt_bytes, aot_mode, aot_arch)
@@ -217,7 +217,8 @@ def _export_op(store: Store, settings: Settings, out: Path, pkg: str, source: st
             "envelope": {t: k["envelope"]["status"] for t, k in kernels.items()},
             "aot": {t: k["aot"]["status"] for t, k in kernels.items() if "aot" in k},
             "speedup_vs_model": {t: k["speedup_vs_model"] for t, k in kernels.items()},
-            "timing_mode": {t: k["timing_mode"] for t, k in kernels.items()}}
+            "timing_mode": {t: k["timing_mode"] for t, k in kernels.items()},
+            "retimed": {t: k["retimed"] for t, k in kernels.items()}}
 
 
 def slower_rule(meta: dict, device: dict) -> list[dict]:

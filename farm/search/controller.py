@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from farm.corpus import tasks as corpus
 from farm.errors import FarmError
-from farm.evaluate import limits
+from farm.evaluate import limits, timing
 from farm.evaluate import speedup as speedups
 from farm.evaluate.result import EvalResult
 from farm.evaluate.sandbox import close_all
@@ -431,7 +431,7 @@ class OpSearch(Seeding):
                          speedup_vs_reference=best.speedup_vs_reference if best else None,
                          baseline={k: v for k, v in (baseline or {}).items() if k.endswith("_ms")},
                          error="" if best else self.why_no_kernel(),
-                         timing_mode=((best.timing or {}).get("mode") or "") if best else "",
+                         timing_mode=timing.mode_of(best.timing) if best else "",
                          fraction_of_limit=(best.limit or {}).get("fraction") if best else None,
                          ref_sha256=self.provenance["ref_sha256"] or "", provenance=self.provenance, retired=self.retired,
                          **results.verified_fields(self.verified_by))

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from farm.evaluate import verified
+from farm.evaluate.timing import mode_of
 from farm.search import provenance
 from farm.search.database import Database, Record
 from farm.storage import Store
@@ -95,7 +96,7 @@ def candidate_row(rec: Record) -> dict[str, Any]:
             "speedup_vs_reference": rec.speedup_vs_reference, "timing": rec.timing, "eval_s": rec.eval_s,
             "stage_s": rec.stage_s,
             "device": rec.device, "sandbox": rec.sandbox, "chunk": rec.chunk, "backward": rec.backward,
-            "inspirations": rec.inspirations, "timing_mode": (rec.timing or {}).get("mode"),
+            "inspirations": rec.inspirations, "timing_mode": mode_of(rec.timing) or None,
             "comparison": rec.comparison, "limit": rec.limit, "fraction_of_limit": (rec.limit or {}).get("fraction")}
 
 
@@ -153,12 +154,12 @@ def figures_of(confirmation: dict | None, best: dict[str, Any]) -> dict[str, Any
     (candidate_row, as report.json stores it under "best")."""
     conf = confirmation or {}
     if conf.get("time_ms") is not None:
-        return {"time_ms": conf["time_ms"], "timing_mode": (conf.get("timing") or {}).get("mode", "?"),
+        return {"time_ms": conf["time_ms"], "timing_mode": mode_of(conf.get("timing"), "?"),
                 "speedup_vs_model": (conf.get("mix") or conf.get("model") or {}).get("ratio"),
                 **_cases_of(conf.get("timing")),
                 "speedup_vs_reference": (conf.get("reference") or {}).get("ratio"),
                 "limit": conf.get("limit"), "fraction_of_limit": (conf.get("limit") or {}).get("fraction")}
-    return {"time_ms": best.get("time_ms"), "timing_mode": (best.get("timing") or {}).get("mode", "events"),
+    return {"time_ms": best.get("time_ms"), "timing_mode": mode_of(best.get("timing"), "events"),
             **_cases_of(best.get("timing")),
             "speedup_vs_model": best.get("speedup_vs_model"), "speedup_vs_reference": best.get("speedup_vs_reference"),
             "limit": best.get("limit"), "fraction_of_limit": (best.get("limit") or {}).get("fraction")}
@@ -188,7 +189,7 @@ def best_speedup(doc: dict | None) -> dict[str, Any] | None:
         fig = figures_of(doc.get("confirmation"), doc["best"])
         retimed = (doc.get("confirmation") or {}).get("time_ms") is not None
     else:  # best.json (figures_of's output at its top), an outcome (best_time_ms), a progress record
-        fig = {"speedup_vs_model": doc.get("speedup_vs_model"), "timing_mode": doc.get("timing_mode") or "",
+        fig = {"speedup_vs_model": doc.get("speedup_vs_model"), "timing_mode": stored_mode(doc),
                "time_ms": doc.get("time_ms", doc.get("best_time_ms"))}
         conf = doc.get("confirmation")
         retimed = (conf or {}).get("time_ms") is not None if "confirmation" in doc else doc.get("retimed") is not False
@@ -196,6 +197,15 @@ def best_speedup(doc: dict | None) -> dict[str, Any] | None:
         return None
     return {"speedup_vs_model": fig.get("speedup_vs_model"), "timing_mode": fig.get("timing_mode") or "",
             "time_ms": fig.get("time_ms"), "retimed": retimed}
+
+
+def stored_mode(doc: dict, default: str = "") -> str:
+    """The timing mode of a best.json, an outcome or a status row: "interpreter" for figures of an
+    interpreting target, also where a record written before they were labelled so says "events"
+    (its timing's method is the host clock: timing.mode_of)."""
+    if (doc.get("timing") or {}).get("method") == "host_clock":
+        return mode_of(doc["timing"])
+    return doc.get("timing_mode") or default
 
 
 def fmt_best(best: dict | None, digits: int = 2) -> str:
@@ -267,7 +277,7 @@ def replaces(current: dict, new: dict) -> bool:
     if provenance.changes(was, now):
         return True  # verified on other reference data: not a best to beat, retired
     comparable = (current.get("device_name") == new.get("device_name")
-                  and current.get("timing_mode", "events") == new.get("timing_mode")
+                  and stored_mode(current, "events") == stored_mode(new, "events")
                   and unseen == was_unseen and current.get("time_ms") is not None)
     return not (comparable and current["time_ms"] <= new["time_ms"])
 

@@ -129,12 +129,12 @@ def test_correct_kernel_passes_with_errors_timing_and_speedups(ev):
     # the per-call pass (probes, host checks) is kept beside the compared figure, labelled
     assert 3 <= stats["per_call"]["reps"] <= 20
     assert stats["per_call"]["stop_reason"] in ("rse_target", "time_budget", "max_reps")
-    # cpu: no CUDA graphs; the mode and why are in every result
-    assert stats["mode"] == "events" and stats["op_mode"] == "events" and "cpu" in stats["mode_reason"]
+    # cpu: no CUDA graphs; the mode (the interpreter's host clock, never "events") and why are in every result
+    assert stats["mode"] == "interpreter" and stats["op_mode"] == "interpreter" and "cpu" in stats["mode_reason"]
     # speedups are ratios from interleaved rounds, with their spread
     comp = result.comparison
     for key in ("model", "reference"):
-        assert comp[key]["rounds"] == ev.settings.rounds and comp[key]["mode"] == "events"
+        assert comp[key]["rounds"] == ev.settings.rounds and comp[key]["mode"] == "interpreter"
         assert comp[key]["min"] <= comp[key]["ratio"] <= comp[key]["max"]
     assert result.speedup_vs_model == comp["model"]["ratio"] > 0 and result.speedup_vs_reference > 0
     assert result.baseline["model_ms"] > 0 and result.baseline["reference_ms"] > 0

@@ -222,3 +222,41 @@ def test_reference_data_of_an_older_task_file_is_not_searched(mini):
     [row] = search_batch(refs, ctx)
     assert row["status"] == "failed" and "made from another version of this task file" in row["error"]
     assert "farm reference --source mini --ops scale2 --force" in row["error"]
+
+
+def test_cpu_figures_are_labelled_interpreter_on_every_surface(cli, mini, tmp_path):
+    """Issue 35 item 7: on the cpu target the best figure is timed on the host clock around
+    Triton's interpreter. The leaderboard called it "interpreter" while status, fetch and export
+    called it "events"; one figure has one label everywhere, also in records written before
+    (mode "events", method "host_clock")."""
+    _, store = mini
+    ran = cli("run", "--source", "mini", "--target", "cpu", "--generators", "tune", "--max-tasks", "2", "--json")
+    assert ran.exit_code == 0, ran.output
+    [row] = json.loads(ran.stdout)["ops"]
+    assert row["promoted"], row
+    figure = best_speedup(row)
+    assert figure["timing_mode"] == "interpreter" and best_speedup(store.read_json(KERNEL)) == figure
+
+    def surfaces(label: str) -> None:
+        [op] = json.loads(cli("status", "local-mini-cpu", "--json").stdout)["ops"]
+        assert op["best_timing_mode"] == "interpreter", (label, op)
+        shown = _flat(cli("status", "local-mini-cpu").stdout)
+        assert "(interpreter, not re-timed)" in shown and "events" not in shown, (label, shown)
+        fetched = cli("fetch", "local-mini-cpu", "--out", tmp_path / label, "--json")
+        assert fetched.exit_code == 0, fetched.output
+        [got] = json.loads(fetched.stdout)["kernels"]
+        assert got["timing_mode"] == "interpreter", (label, got["timing_mode"])
+        assert "(interpreter, not re-timed)" in (tmp_path / label / "README.md").read_text()
+        exported = cli("export", "--latest", "--out", tmp_path / f"{label}-pkg")
+        assert exported.exit_code == 0, exported.output
+        assert "(interpreter, not re-timed)" in _flat(exported.stdout) and "events" not in exported.stdout, label
+
+    surfaces("new")
+    # records of a farm from before the label: "events", with the host clock as their timer
+    kernel = store.read_json(KERNEL)
+    store.put_bytes(KERNEL, json.dumps({**kernel, "timing_mode": "events",
+                                        "timing": {**kernel["timing"], "mode": "events", "op_mode": "events"}}).encode())
+    entry = ledger.read(store, "local-mini-cpu")["mini/scale2"]
+    ledger.record(store, "local-mini-cpu", "mini/scale2", entry["status"], {**entry["result"], "timing_mode": "events"})
+    assert fmt_best(best_speedup(store.read_json(KERNEL))) == fmt_best(figure)
+    surfaces("old")
