@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ from farm.search import provenance
 from farm.search.database import Database, Record
 from farm.storage import Store
 from farm.storage.base import dump_json
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -266,7 +269,10 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
 
 
 def replaces(current: dict, new: dict) -> bool:
-    """Whether a new best takes the place of the current one."""
+    """Whether a new best takes the place of the current one: times compared on the same device,
+    or where either names none (best.json is per target: taken for the same device); a result
+    naming no device never wins without that comparison (issue 37). Another named device's
+    kernel replaces it (docs/search.md)."""
     was, now = provenance.recorded(current), new.get("provenance") or {}
     unseen = bool(new.get("unseen_inputs"))
     was_unseen = verified.unseen_checked(current.get("verified"))
@@ -276,10 +282,21 @@ def replaces(current: dict, new: dict) -> bool:
         return False  # checked on the .pt alone never replaces a kernel checked on unseen inputs
     if provenance.changes(was, now):
         return True  # verified on other reference data: not a best to beat, retired
-    comparable = (current.get("device_name") == new.get("device_name")
-                  and stored_mode(current, "events") == stored_mode(new, "events")
-                  and unseen == was_unseen and current.get("time_ms") is not None)
-    return not (comparable and current["time_ms"] <= new["time_ms"])
+    device, new_device = current.get("device_name") or "", new.get("device_name") or ""
+    comparable = (stored_mode(current, "events") == stored_mode(new, "events") and unseen == was_unseen
+                  and current.get("time_ms") is not None and new.get("time_ms") is not None)
+    if device and new_device and device != new_device:  # another device's figures are no bar (docs/search.md)
+        log.info("promotion of %s/%s on %s replaces the best of %s without comparing times",
+                 new.get("source"), new.get("op"), new_device, device)
+        return True
+    if comparable:  # same device, or one unnamed: the same target's (best.json is per target), so compared
+        return current["time_ms"] > new["time_ms"]
+    if device and not new_device and unseen == was_unseen:
+        log.warning("promotion refused: the new best of %s/%s names no device and its time cannot be compared "
+                    "with the stored best's (%s, %s mode): a kernel of unknown device never wins by default",
+                    new.get("source"), new.get("op"), device, stored_mode(current, "events"))
+        return False
+    return True
 
 
 def write_kernel_file(store: Store, prefix: str, attempts: int = 8) -> None:

@@ -62,3 +62,40 @@ def test_a_record_from_an_older_farm_keeps_its_best_py(tmp_path):
     store.put_bytes(f"{prefix}/best.json", b'{"time_ms": 1.0, "device_name": "H100", "timing_mode": "graph"}')
     assert results.kernel_source(store, prefix) == b"old kernel\n"
     assert "kernel_source" not in results.best_record(store, f"{prefix}/best.json")
+
+
+def _meta(time_ms: float, device: str, mode: str = "graph") -> dict:
+    return {"source": "mini", "op": "scale2", "time_ms": time_ms, "device_name": device, "timing_mode": mode,
+            "verified": {"by": "reference", "sets": 4}, "unseen_inputs": True}
+
+
+def test_a_best_that_names_no_device_never_wins_by_default(caplog):
+    """Issue 37 finding 1: a result whose device name was lost (a chunk whose runner never
+    started) took the place of a faster best of a named device without its time compared. An
+    unnamed device of the same target is compared as the same device; where the times cannot be
+    compared it is refused, and the log says why."""
+    stored = {**_meta(42.39, "NVIDIA H100"), "version": 3}
+    assert not results.replaces(stored, _meta(51.35, ""))  # slower: refused
+    assert results.replaces(stored, _meta(30.0, ""))  # faster: compared, and wins
+    assert not results.replaces(_meta(42.39, ""), _meta(51.35, "NVIDIA H100"))  # either way round
+    assert not results.replaces(_meta(42.39, ""), _meta(51.35, ""))
+    with caplog.at_level("WARNING", logger="farm.search.results"):
+        assert not results.replaces(stored, _meta(10.0, "", mode="events"))  # another mode: no comparison
+    assert "names no device" in caplog.text and "never wins by default" in caplog.text
+    # the rules that stay: the same named device compares times, another named device replaces
+    assert not results.replaces(stored, _meta(51.35, "NVIDIA H100"))
+    assert results.replaces(stored, _meta(51.35, "NVIDIA A100"))
+
+
+def test_promotion_keeps_a_faster_named_best_over_an_unnamed_slower_one(tmp_path):
+    store = open_store(f"file://{tmp_path / 'store'}")
+    summary = {"source": "mini", "op": "scale2", "target": "cuda", "verified": {"by": "reference", "sets": 4}}
+    for i, (time_ms, device) in enumerate(((42.39, "NVIDIA H100"), (51.35, ""))):
+        rec = Record(id=f"c{i}", source=f"class ModelNew:  # writer {i}\n    pass\n", generator="tune", note="",
+                     lineage=0, generation=0, parent=None, source_hash=f"h{i}", verdict="pass", time_ms=time_ms,
+                     timing={"mode": "graph"})
+        results.promote(store, "cuda", {**summary, "run": f"r{i}", "device_name": device}, rec)
+    prefix = results.kernel_prefix("cuda", "mini", "scale2")
+    best = store.read_json(f"{prefix}/best.json")
+    assert (best["time_ms"], best["device_name"], best["version"]) == (42.39, "NVIDIA H100", 1)
+    assert "# writer 0\n" in store.get_bytes(f"{prefix}/best.py").decode()
