@@ -58,7 +58,8 @@ def _limit(task) -> tuple[int, int]:
     policy = task.ref.policy
     if task.shapes == "small":
         return policy.small_space_max, int(policy.small_budget_mb * 2**20)
-    return policy.space_max, memory_limit_bytes(policy)
+    limit = memory_limit_bytes(policy)  # the host's: half its free memory unless set
+    return policy.space_max, min(limit, task.device_budget_bytes or limit)
 
 
 def declared(task, raw: Any) -> ShapeSpace:

@@ -100,6 +100,9 @@ class Task:
     input_kwargs: dict[str, Any] = field(default_factory=dict)  # get_inputs keywords of a space's case
     _guarded: bool = False
     _space: Any = None  # farm.corpus.space.ShapeSpace, found on first use
+    # bytes a case may need where the space is found on a device whose memory is shared by
+    # several jobs (farm.reference.generate); None: the host's budget alone
+    device_budget_bytes: int | None = None
 
     @property
     def space(self):

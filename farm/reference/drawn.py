@@ -188,7 +188,8 @@ def guard_device(task, spec) -> None:
     except Exception:  # noqa: BLE001 - a file the meta device cannot build is checked for real
         return
     try:
-        devmem.reserve(spec.label, fp.total_bytes, lambda: device_memory(spec), DEVICE_HEADROOM, DEVICE_WAIT_S)
+        devmem.reserve(spec.label, fp.total_bytes, lambda: device_memory(spec), DEVICE_HEADROOM, DEVICE_WAIT_S,
+                       release=spec.target.release_memory)
     except devmem.DoesNotFit as exc:
         raise TaskError(task.ref.path, f"needs {fp.describe()} at {task.shapes} shapes (measured on the meta device), "
                                        f"{exc} on {spec.label}",
@@ -199,6 +200,13 @@ def guard_device(task, spec) -> None:
 def device_free_bytes(spec) -> int | None:
     memory = device_memory(spec)
     return memory[0] if memory else None
+
+
+def job_share(spec, jobs: int) -> int | None:
+    """Bytes of the device one of `jobs` jobs may take (DEVICE_HEADROOM of its total, shared
+    evenly); None off a device."""
+    memory = device_memory(spec)
+    return int(memory[1] * DEVICE_HEADROOM / max(1, jobs)) if memory else None
 
 
 def device_memory(spec) -> tuple[int, int] | None:

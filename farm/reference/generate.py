@@ -204,7 +204,7 @@ def _triton_version() -> str | None:
 
 def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec, seed: int, shapes: str,
                     out_path: str, reference: str | None = None, seed_sets: int = 0, cases: int = 0,
-                    ship_max_mb: float = -1) -> dict[str, Any]:
+                    ship_max_mb: float = -1, jobs: int = 1) -> dict[str, Any]:
     """In the pinned child: generate and save; only metadata travels back to the parent. The
     secret seed sets and the cases go to files of their own (out_path + ".sets", + ".cases"),
     and the .pt records their sha256, so whoever holds the .pt can find and check them."""
@@ -213,6 +213,9 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
     targets.import_device_runtime(spec)
     report("import")
     task = corpus.load_task(ref, shapes, reference=reference)
+    # the largest case fits this job's share of the device, not half the host's memory (250 GB
+    # on a 4-GPU host): four jobs on one H100 sat waiting for device memory the others held
+    task.device_budget_bytes = drawn.job_share(spec, jobs)
     data, secret, case_doc = generate_reference_and_sets(task, spec, seed, report,
                                                          seed_sets if task.mode == "reference-data" else 0, cases,
                                                          ship_max_mb)
@@ -282,7 +285,8 @@ def _entry(ref: TaskRef, key: str, spec: DeviceSpec, seed: int, shapes: str, tas
 
 
 def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes: str, timeout_s: float,
-                 staging: Path, seed_sets: int = 4, cases: int = 0, ship_max_mb: float = -1) -> dict[str, Any]:
+                 staging: Path, seed_sets: int = 4, cases: int = 0, ship_max_mb: float = -1,
+                 jobs: int = 1) -> dict[str, Any]:
     """One op in its own child; the .pt goes to the store only if the child succeeded. The
     task's truth is decided here first (farm.corpus.modes: its trial runs in a child of its
     own), and the child records secret seed sets if it is in reference-data mode."""
@@ -299,7 +303,7 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
     sets_tmp = Path(str(tmp) + ".sets")
     cases_tmp = Path(str(tmp) + ref_cases.SUFFIX)
     outcome = run_in_child(reference_child, (ref, spec, seed, shapes, str(tmp), decided.reference, seed_sets, cases,
-                                             ship_max_mb),
+                                             ship_max_mb, jobs),
                            timeout_s=timeout_s, env=spec.child_env())
     entry["elapsed_s"] = round(outcome.elapsed_s, 3)
     try:
@@ -364,7 +368,7 @@ def generate_references(
         previous = known.get(f"{ref.source}/{ref.op}")
         if not force and is_current(previous, ref.sha256(), seed, shapes, store, cases, ship_max_mb):
             return {**previous, "skipped": True}
-        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, cases, ship_max_mb)
+        result = generate_one(ref, store, spec, seed, shapes, timeout_s, staging, seed_sets, cases, ship_max_mb, jobs)
         if result.get("interrupted") and (previous or {}).get("success"):
             return result  # stopped while remaking it: the stored .pt and its entry stay as they were
         with record_lock:  # interrupted: recorded as such, never as the op's failure; made on the next run

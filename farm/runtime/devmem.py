@@ -70,12 +70,16 @@ def _write(fd: int, held: dict[int, int]) -> None:
 
 
 
-def reserve(device: str, need: int, free_total, headroom: float, wait_s: float) -> None:
+def reserve(device: str, need: int, free_total, headroom: float, wait_s: float, release=None) -> None:
     """Reserve `need` bytes of `device` for this process until it exits. `free_total()` gives
-    the device's (free, total) bytes now; at most `headroom` of either may be taken."""
+    the device's (free, total) bytes now; at most `headroom` of either may be taken.
+    `release()` hands this process's cached, unused device memory back before each look: a
+    job waiting while its allocator keeps freed blocks makes the others wait for it."""
     path = _path(device)
     deadline = time.monotonic() + wait_s
     while True:
+        if release is not None:
+            release()
         free, total = free_total()
         if need > total * headroom:
             raise DoesNotFit(f"over {headroom:.0%} of the device's {total / 2**30:.2f} GiB", never=True)

@@ -231,3 +231,13 @@ def test_ops_list_shows_each_space_and_its_origin(tmp_path, cli, monkeypatch):
     assert rows["broken"]["status"] == "invalid" and "SHAPE_SPACE['TOKENS']" in rows["broken"]["error"]
     table = cli("ops", "list", "--source", "sp", env={"COLUMNS": "300"}).stdout
     assert "TOKENS 1..16384 (derived)" in table
+
+
+def test_a_device_shared_by_jobs_bounds_the_largest_case(tmp_path):
+    """Found on a device, the space's largest case fits one job's share of it, not half the
+    host's memory (250 GB on a 4-GPU host, far over one GPU)."""
+    host = _task(tmp_path, PLAIN)
+    shared = _task(tmp_path, PLAIN, "op2")
+    shared.device_budget_bytes = 2**20
+    assert shared.space.dims[0].high < host.space.dims[0].high == 16384
+    assert shared.space.dims[0].high >= 1

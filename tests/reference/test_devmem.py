@@ -74,3 +74,22 @@ def test_memory_other_processes_hold_is_not_waited_for(device):
     with pytest.raises(devmem.DoesNotFit) as exc:  # no job of ours holds it: waiting would not help
         devmem.reserve(device, 6 * GIB, lambda: (4 * GIB, 10 * GIB), 1.0, 60.0)
     assert not exc.value.never and "other processes" in str(exc.value)
+
+
+def test_a_waiting_job_hands_back_its_cached_memory_before_each_look(device):
+    """A job's allocator keeps freed blocks: while it waits they read as used, and a host of
+    jobs each waiting with a full cache waited on each other (four reference jobs on an H100)."""
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(device, 4 * GIB, ready, release))
+    holder.start()
+    cache = {"held": 5 * GIB}
+    try:
+        assert ready.wait(30)
+        free_total = lambda: (10 * GIB - 4 * GIB - cache["held"], 10 * GIB)  # noqa: E731
+        with pytest.raises(devmem.DoesNotFit):  # without a release the cache never shrinks
+            devmem.reserve(device, 5 * GIB, free_total, 1.0, 0.6)
+        devmem.reserve(device, 5 * GIB, free_total, 1.0, 0.6, release=lambda: cache.update(held=0))
+    finally:
+        release.set()
+        holder.join(10)
