@@ -94,3 +94,21 @@ def test_a_model_whose_two_runs_differ_is_flagged_by_ops_check(cli, task_dir):
     assert result.exit_code == 1
     [row] = json.loads(result.stdout)["results"]
     assert row["status"] == "nondeterministic" and "two runs on the same inputs differ" in row["error"]
+
+
+def test_a_large_corpus_is_loaded_by_children_at_once_each_file_its_own_row(task_dir, tmp_path, monkeypatch):
+    """On a host of several cores the files are shared among children that load at once; a file
+    that ends its child is still only its own row, and every row comes back once."""
+    monkeypatch.setattr(listing.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(listing, "SHARD_FILES", 2)
+    pids = tmp_path / "pids"
+    note = f"import os\nopen({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+    paths = [write_task(task_dir / "mini", f"op{i}", note + GOOD_TASK) for i in range(6)]
+    paths.append(write_task(task_dir / "mini", "os_exits", "import os\nos._exit(3)\n" + GOOD_TASK))
+    refs = [ref_from_file(p, "mini") for p in paths]
+    seen: list[str] = []
+    rows = listing.load_rows(refs, per_file_s=20, on_row=lambda row: seen.append(row["op"]))
+    assert sorted(seen) == sorted(r.op for r in refs) and sorted(rows) == sorted(r.key for r in refs)
+    assert all(rows[f"mini/op{i}"]["status"] == "ok" for i in range(6)), rows
+    assert "exited with code 3" in rows["mini/os_exits"]["error"]
+    assert len(set(pids.read_text().split())) >= 3  # 7 files, 2 per shard: three children at least
