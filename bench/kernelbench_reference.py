@@ -7,7 +7,9 @@ over the level's folder pointed at through `corpus.sources`, on one device.
 
 Writes <out>/reference.json (the command, the device, the wall time, and per op: result, seconds
 in its child, bytes written (.pt and its .cases companion), whether it was drawn on the device and
-whether it is compact) and <out>/reference.md (the table docs/corpus.md quotes). The store is
+whether it is compact) and <out>/reference.md (the table docs/corpus.md quotes). The per-op figures
+come from the store's refs/manifest.json, which the farm updates as each op ends, so a call cut off
+at its wall limit (no --json summary) still records every op it finished. The store is
 <out>/store unless --store is given; a second call resumes (current ops are skipped, and the
 JSON keeps the first call's figures for them), so a level fits calls of a few minutes each.
 """
@@ -21,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,6 +62,38 @@ def _bytes(store: Path, source: str, op: str) -> int:
                if p.exists())
 
 
+def _manifest_entries(store: Path, source: str) -> dict[str, dict]:
+    """op -> its entry in the store's refs/manifest.json, which `farm reference` updates as each
+    op ends, so a call cut off before its --json summary still says what every finished op took."""
+    try:
+        doc = json.loads((store / "refs" / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {e["op_name"]: e for e in (doc.get("entries") or {}).values()
+            if isinstance(e, dict) and e.get("source") == source and "op_name" in e}
+
+
+def _made_in_call(store: Path, source: str, started: float) -> dict[str, dict]:
+    """The rows of the ops this call made or failed (their manifest entries were created after
+    it started; ops it was stopped in the middle of are left out)."""
+    rows = {}
+    for name, e in _manifest_entries(store, source).items():
+        try:
+            created = datetime.fromisoformat(e.get("created_at") or "").timestamp()
+        except ValueError:
+            continue
+        if created >= int(started) and not e.get("interrupted"):
+            rows[name] = _op_row(e, store, source)
+    return rows
+
+
+def _op_row(e: dict, store: Path, source: str) -> dict:
+    """One op's row from its manifest entry (or the --json result, which has the same fields)."""
+    return {"ok": bool(e.get("success")), "seconds": e.get("elapsed_s"), "bytes": _bytes(store, source, e["op_name"]),
+            "drawn_on": e.get("inputs_drawn_on"), "compact": bool(e.get("compact")),
+            "error": (e.get("error") or "").splitlines()[-1:] or None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--level", required=True, help="a KernelBench level folder (level1, level2, ...)")
@@ -86,7 +121,6 @@ def main() -> None:
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
     cmd = ["-c", str(config), "reference", "--source", source, "--device", args.device, "--shapes", args.shapes,
            "--json"] + [x for op in (args.ops.split(",") if args.ops else []) for x in ("--ops", op.strip())]
-    before = _stored_ops(store, source)
     started = time.time()
     code, text, wall = _farm(cmd, env, args.timeout_s, out / "farm-reference.log")
     try:
@@ -97,21 +131,19 @@ def main() -> None:
     report_path = out / "reference.json"
     previous = json.loads(report_path.read_text()) if report_path.exists() else {"calls": [], "ops": {}}
     ops = previous["ops"]
-    for r in results:
+    made = _made_in_call(store, source, started)
+    for r in results:  # the summary of a call that ended: its skipped ops, and any op the manifest lacks
         name = r["op_name"]
-        if r.get("skipped") and name in ops:
-            continue  # made by an earlier call: its figures stay
-        ops[name] = {"ok": bool(r.get("success")), "seconds": r.get("elapsed_s"), "bytes": _bytes(store, source, name),
-                     "drawn_on": r.get("inputs_drawn_on"), "compact": bool(r.get("compact")),
-                     "error": (r.get("error") or "").splitlines()[-1:] or None}
-    if not results:  # cut off before its summary: the store says which ops it made, and when
-        for name, written in sorted(_stored_ops(store, source).items(), key=lambda kv: kv[1]):
-            if name not in before and name not in ops:
-                ops[name] = {"ok": True, "seconds": None, "written_after_s": round(written - started, 1),
-                             "bytes": _bytes(store, source, name), "drawn_on": None, "compact": None, "error": None}
+        if (r.get("skipped") and name in ops) or name in made:
+            continue  # made by an earlier call: its figures stay; made now: the manifest's below
+        made[name] = _op_row(r, store, source)
+    for name, written in _stored_ops(store, source).items():
+        if name in made and written >= started:
+            made[name]["written_after_s"] = round(written - started, 1)
+    ops.update(made)
     previous["calls"].append({"command": "python " + " ".join(sys.argv), "farm": "farm " + " ".join(cmd),
-                              "exit": code, "wall_s": round(wall, 1), "ops_in_call": len(results),
-                              "device": doc.get("device"), "commit": commit()})
+                              "exit": code, "wall_s": round(wall, 1), "ops_in_call": len(made),
+                              "device": doc.get("device") or args.device, "commit": commit()})
     if code not in (0, 1):
         previous["calls"][-1]["tail"] = text[-2000:]
     report_path.write_text(json.dumps(previous, indent=1))

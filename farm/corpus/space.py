@@ -58,7 +58,7 @@ def _limit(task) -> tuple[int, int]:
     policy = task.ref.policy
     if task.shapes == "small":
         return policy.small_space_max, int(policy.small_budget_mb * 2**20)
-    limit = memory_limit_bytes(policy)  # the host's: half its free memory unless set
+    limit = task._host_limit = task._host_limit or memory_limit_bytes(policy)  # read once per task (Task.guard)
     return policy.space_max, min(limit, task.device_budget_bytes or limit)
 
 

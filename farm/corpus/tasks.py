@@ -103,6 +103,7 @@ class Task:
     # bytes a case may need where the space is found on a device whose memory is shared by
     # several jobs (farm.reference.generate); None: the host's budget alone
     device_budget_bytes: int | None = None
+    _host_limit: int | None = None  # memory_limit_bytes read once: the space's largest case is sized by it
 
     @property
     def space(self):
@@ -130,7 +131,7 @@ class Task:
         except Exception:  # noqa: BLE001 - a file the meta device cannot build is checked for real
             self._guarded = True
             return
-        limit = memory_limit_bytes(self.ref.policy)
+        limit = self._host_limit = self._host_limit or memory_limit_bytes(self.ref.policy)
         if fp.total_bytes > limit:
             hint = ("set smaller shapes (corpus.shapes in the config, or SMALL_SHAPES in the file)"
                     if self.shapes == "small" else "use --shapes small")

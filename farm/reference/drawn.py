@@ -37,6 +37,8 @@ from farm.errors import FarmError, TaskError
 SAMPLE = 4096  # output elements kept per tensor in the compact form
 ROW = 1 << 20  # words weighted by position within a row (2^16 * 2^20 * 2^20 < 2^63)
 BLOCK_ROWS = 16  # rows digested at once: 16 Mi words, 128 MiB per int64 temporary
+SPAN = 1024  # positions summed by one matrix product (row_sums)
+GEMM_DEVICES = ("cpu", "cuda")  # float64 matrix products exact and fast: row_sums; elsewhere _row_sums_int
 DEVICE_HEADROOM = 0.9  # of the device's free memory a draw and its forward may take
 DEVICE_WAIT_S = 300.0  # how long a job that fits an idle device waits for the other jobs' memory
 
@@ -62,21 +64,57 @@ def digest(value: Any) -> str:
         return "v:" + hashlib.sha256(repr(value).encode()).hexdigest()[:32]
     head = hashlib.sha256(f"{value.dtype}:{tuple(value.shape)}".encode())
     words = _words(value)
-    n = words.numel()
-    parts = []
-    if n:
-        idx = torch.arange(1, ROW + 1, dtype=torch.int64, device=words.device)
-        step = ROW * BLOCK_ROWS
-        for start in range(0, n, step):
-            block = words[start:start + step].to(torch.int64)
-            if block.numel() % ROW:
-                block = torch.nn.functional.pad(block, (0, ROW - block.numel() % ROW))
-            block = block.view(-1, ROW)
-            lo, hi = block & 0xFFFF, (block >> 16) & 0xFFFF
-            parts.append(torch.stack([lo.sum(1), hi.sum(1), (lo * idx).sum(1), (hi * idx).sum(1)], 1))
-        sums = torch.cat(parts).cpu()
-        head.update(sums.numpy().tobytes())
+    if words.numel():
+        sums = row_sums(words) if device_type(str(words.device)) in GEMM_DEVICES else _row_sums_int(words)
+        head.update(sums.cpu().numpy().tobytes())
     return "t:" + head.hexdigest()[:32]
+
+
+def _row_sums_int(words):
+    """Per row of ROW words: the sums of the low and high 16-bit halves, plain and weighted by
+    position (1..ROW), in int64: ten passes over an int64 copy of each block."""
+    import torch
+
+    idx = torch.arange(1, ROW + 1, dtype=torch.int64, device=words.device)
+    parts = []
+    for start in range(0, words.numel(), ROW * BLOCK_ROWS):
+        block = words[start:start + ROW * BLOCK_ROWS].to(torch.int64)
+        if block.numel() % ROW:
+            block = torch.nn.functional.pad(block, (0, ROW - block.numel() % ROW))
+        block = block.view(-1, ROW)
+        lo, hi = block & 0xFFFF, (block >> 16) & 0xFFFF
+        parts.append(torch.stack([lo.sum(1), hi.sum(1), (lo * idx).sum(1), (hi * idx).sum(1)], 1))
+    return torch.cat(parts)
+
+
+def row_sums(words):
+    """The same sums as `_row_sums_int`, bit for bit, in one conversion and one matrix product:
+    the 16-bit halves as float64, each span of SPAN positions times [1, 0, b, 0; 0, 1, 0, b]
+    (b its offset in the span), then the spans of a row summed with their weights in int64.
+    Every product and partial sum is an integer under 2^46, so float64 holds it exactly in
+    any order of summation. A third of the memory traffic (the digest was three quarters of a
+    large op's reference time on the host, and the bulk of its device time)."""
+    import torch
+
+    dev = words.device
+    halves = 2 if words.dtype == torch.int32 else 1  # a word's two halves; a byte (uint8) has one
+    b = torch.arange(SPAN, dtype=torch.float64, device=dev)
+    one, zero = torch.ones_like(b), torch.zeros_like(b)
+    cols = [torch.stack([one, zero, b, zero], 1), torch.stack([zero, one, zero, b], 1)][:halves]
+    weights = torch.stack(cols, 1).reshape(SPAN * halves, 4)  # row 2b + h: half h of position b
+    span_base = torch.arange(ROW // SPAN, dtype=torch.int64, device=dev) * SPAN + 1  # i = base + b
+    parts = []
+    for start in range(0, words.numel(), ROW * BLOCK_ROWS):
+        block = words[start:start + ROW * BLOCK_ROWS]
+        n = block.numel()
+        values = (block.view(torch.uint16) if halves == 2 else block).to(torch.float64)
+        if n % ROW:
+            values = torch.nn.functional.pad(values, (0, (ROW - n % ROW) * halves))
+        spans = (values.view(-1, SPAN * halves) @ weights).to(torch.int64).view(-1, ROW // SPAN, 4)
+        plain = spans[..., :2].sum(1)
+        weighted = (spans[..., :2] * span_base[:, None]).sum(1) + spans[..., 2:].sum(1)
+        parts.append(torch.cat([plain, weighted], 1))
+    return torch.cat(parts)
 
 
 def digests(values: list) -> list[str]:

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from farm.corpus import cases as cases_mod
+from farm.corpus import shapes as shapes_mod
 from farm.corpus import tasks as corpus
 from farm.corpus.inputs import draw_inputs
 from farm.corpus.shapes import ShapePolicy
@@ -241,3 +242,17 @@ def test_a_device_shared_by_jobs_bounds_the_largest_case(tmp_path):
     shared.device_budget_bytes = 2**20
     assert shared.space.dims[0].high < host.space.dims[0].high == 16384
     assert shared.space.dims[0].high >= 1
+
+
+def test_the_largest_case_passes_its_own_guard_when_the_host_has_less_memory_later(tmp_path, monkeypatch):
+    """The host's limit (half its available memory) is read once per task: the largest case,
+    sized by it, failed its own guard when read again with a little less available (other
+    processes, the earlier cases), after the other cases had been made."""
+    available = {"bytes": 4 * 2**20}
+    monkeypatch.setattr(shapes_mod, "available_bytes", lambda: available["bytes"])
+    task = _task(tmp_path, PLAIN)
+    dim = task.space.dims[0]
+    assert 1 < dim.high < 16384
+    available["bytes"] -= 2**19
+    high = cases_mod.with_values(cases_mod.bench_case(task.space, 0), {dim.name: dim.high}, "high")
+    assert _draw(task, high)[0].shape[0] == dim.high

@@ -69,6 +69,22 @@ def test_digest_sees_every_bit_and_every_position_whatever_the_layout():
     assert drawn.digest(3) == drawn.digest(3) != drawn.digest(4)
 
 
+def test_the_one_product_digest_gives_the_ten_pass_sums_bit_for_bit():
+    """row_sums (one float64 matrix product per block) is the int64 rule of the module docstring
+    exactly, so every digest recorded before still matches a redraw."""
+    g = torch.Generator().manual_seed(3)
+    values = [torch.randn((1 << 20) * 2 + 77, generator=g), torch.full(((1 << 20) + 1,), -1, dtype=torch.int32),
+              torch.randint(-2**31, 2**31 - 1, (3 * (1 << 20),), dtype=torch.int32, generator=g),
+              torch.randint(0, 256, ((1 << 20) + 5,), dtype=torch.uint8, generator=g), torch.rand(7) > 0.5,
+              torch.randn(33, dtype=torch.float64, generator=g), torch.arange(9, dtype=torch.float16)]
+    for v in values:
+        words = drawn._words(v)
+        assert torch.equal(drawn.row_sums(words), drawn._row_sums_int(words)), v.dtype
+    g.manual_seed(7)  # digests as the ten-pass rule recorded them
+    assert drawn.digest(torch.randn((1 << 20) + 77, generator=g)) == "t:da84cda5af7aea0295c66f91f1bb881e"
+    assert drawn.digest(torch.arange(10, dtype=torch.int16)) == "t:ff859ffe48f1a00bd5f576428cd83563"
+
+
 def test_large_set_is_compact_in_akgs_save_inputs_false_form_and_redraws_on_the_target(tmp_path):
     task = _task(tmp_path)
     data, _, _ = generate_reference_and_sets(task, CPU, 5, ship_max_mb=0.01)  # 2 x 75 KiB
