@@ -12,8 +12,17 @@ every candidate is shown anyway. While the device is timed, runners that are sta
 waiting are stopped like compile-ahead runners (farm.evaluate.quiet), so a start never shares
 the host with a timing.
 
+Inside the sandbox, runners after the first are forked by fork servers
+(farm.evaluate.forkserver, farm.evaluate.zygote): a start is then a fork and a device context
+instead of an interpreter and `import torch`, which on a host of two cores cost as much CPU
+as judging a candidate. The pool keeps one server per runner it has out (ready, in use, being
+closed), so no two candidates share a server's sandbox at once; a server is cleaned when its
+runner closes and replaced when it cannot be. A runner for an independent re-timing
+(`take(independent=True)`) is always a new interpreter.
+
 The starter threads live as long as the pool: bubblewrap's --die-with-parent ends a runner
-when the thread that started it ends (PR_SET_PDEATHSIG follows the thread, not the process).
+(and a fork server) when the thread that started it ends (PR_SET_PDEATHSIG follows the
+thread, not the process).
 """
 
 from __future__ import annotations
@@ -23,8 +32,9 @@ import threading
 from collections import deque
 from typing import Callable
 
-from farm.evaluate import quiet
+from farm.evaluate import forkserver, quiet
 from farm.evaluate.boundary import Boundary
+from farm.evaluate.forkserver import ForkServer
 from farm.evaluate.sandbox import Limits, Sandbox
 from farm.targets import DeviceSpec
 
@@ -36,7 +46,7 @@ SIZE = 1  # runners kept started beside the one in use
 class RunnerPool:
     def __init__(self, spec: DeviceSpec, limits: Limits, boundary: Boundary, size: int = SIZE,
                  configure: Callable[[Sandbox], None] | None = None,
-                 prime: Callable[[Sandbox], None] | None = None):
+                 prime: Callable[[Sandbox], None] | None = None, fork: bool = True):
         self.spec, self.limits, self.boundary = spec, limits, boundary
         self.size = max(0, size)
         self.configure = configure  # what every runner is given before it starts (its poison sizes, ...)
@@ -46,15 +56,20 @@ class RunnerPool:
         self.started = 0  # runners this pool started (tests and benchmarks read it)
         self.taken = 0  # runners handed out
         self.closed = False
+        self.fork = fork and boundary.on  # without the sandbox a fork would share the host's view
+        self._servers: list[ForkServer] = []
         self._inflight: set[Sandbox] = set()  # runners a starter thread is starting
         self._threads: list[threading.Thread] = []
         self._cv = threading.Condition()
         self._quiet = quiet.for_device(spec.label, host_wide=not spec.target.interpret)
 
-    def take(self) -> Sandbox:
+    def take(self, independent: bool = False) -> Sandbox:
         """A started runner that has run nothing; blocks while the next one starts. The first
         (and every one with size 0) is started in the calling thread; from the second on, the
-        starter threads keep `size` ready."""
+        starter threads keep `size` ready. `independent`: a new interpreter, now, for a
+        measurement that must share nothing with the search's runners (the re-timing)."""
+        if independent:
+            return self._start()
         with self._cv:
             self.taken += 1
             inline = self.size == 0 or (self.taken == 1 and not self.ready)
@@ -94,6 +109,7 @@ class RunnerPool:
             with self._cv:
                 self._inflight.add(box)
             try:
+                box.server = self._server()
                 item: Sandbox | BaseException = self._start(box)
             except BaseException as exc:  # noqa: BLE001 - handed to the one who takes it
                 self._quiet.remove(box)
@@ -128,6 +144,33 @@ class RunnerPool:
             self.started += 1
         return box
 
+    def _server(self) -> ForkServer | None:
+        """An idle fork server, lent to the runner about to start; one more is started while
+        fewer than one per runner out exist; None: the runner starts afresh."""
+        if not self.fork:
+            return None
+        with self._cv:
+            self._servers = [s for s in self._servers if s.busy or s.alive]
+            for server in self._servers:
+                if not server.busy and server.alive:
+                    server.busy = True
+                    return server
+            if self.closed or len(self._servers) >= self.size + 2:
+                return None
+            server = ForkServer(self.spec, self.limits, self.boundary)
+            server.busy = True
+            self._servers.append(server)
+        self._quiet.add(server)  # its imports are a start like any other
+        try:
+            return forkserver.start(server)
+        except Exception as exc:  # noqa: BLE001 - the runner starts afresh instead
+            log.warning("a fork server for %s failed to start (%s); runners start afresh", self.spec.label, exc)
+            with self._cv:
+                self._servers.remove(server)
+            return None
+        finally:
+            self._quiet.remove(server)
+
     def drain(self) -> None:
         """Close the runners waiting here (started under another environment or configuration):
         the next take starts new ones."""
@@ -148,3 +191,7 @@ class RunnerPool:
         self.drain()
         for box in inflight:  # a start in progress ends now
             box.close()
+        with self._cv:
+            servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()

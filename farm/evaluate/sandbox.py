@@ -1,9 +1,9 @@
 """The candidate runner: a child process that loads candidate code and runs it on one pinned
 device, for one candidate (farm.evaluate.pool starts them ahead of time).
 
-Parent side: `Sandbox` starts the child as a fresh interpreter (not a fork: a fork would
-carry the parent's memory and /proc/self/environ, and with them the farm's secrets), with an
-allow-listed environment, inside the operating-system boundary where there is one
+Parent side: `Sandbox` starts the child as a fresh interpreter (never a fork of the evaluator,
+whose memory and /proc/self/environ hold the farm's secrets; or a fork of a fork server that is
+such an interpreter, farm.evaluate.forkserver), with an allow-listed environment, inside the operating-system boundary where there is one
 (farm.evaluate.boundary: bubblewrap), with a pids limit (farm.evaluate.pids) and a memory
 watchdog. Every command has a time limit; a timeout, a crash or an exceeded limit kills the
 child and the evaluation gets its verdict.
@@ -40,6 +40,7 @@ from typing import IO, Any
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import pids, protocol, wire
 from farm.evaluate.boundary import Boundary
+from farm.evaluate.proctree import pin_tree, rss_mb, signal_tree
 from farm.evaluate.protocol import Command, Failure, Reply
 from farm.runtime import scratch
 from farm.runtime.isolation import trim
@@ -109,61 +110,6 @@ _CACHE_VARS = {"TRITON_CACHE_DIR": ".triton/cache", "TORCHINDUCTOR_CACHE_DIR": "
                "CUDA_CACHE_PATH": ".nv/ComputeCache"}
 
 
-def _tree(pid: int) -> list[int]:
-    """`pid` and its descendants, parents first (inside the sandbox the interpreter is a
-    grandchild of the bwrap process the parent started, in a session of its own; compilers
-    are children of it)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop(0)
-        if p in out:
-            continue
-        out.append(p)
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def _rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and its descendants."""
-    total = 0.0
-    for p in _tree(pid):
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) / 1024
-                    break
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-def _signal_tree(pid: int, sig: int) -> None:
-    for p in _tree(pid):
-        try:
-            os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            continue
-
-
-def _pin_tree(pid: int, cpus: set[int]) -> None:
-    """Every thread of `pid` and its descendants on `cpus` (a thread's affinity is its own:
-    pinning the process id alone leaves the threads it already started where they were)."""
-    for p in _tree(pid):
-        try:
-            tids = [int(t.name) for t in Path(f"/proc/{p}/task").iterdir()]
-        except (OSError, ValueError):
-            continue
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, cpus)
-            except OSError:  # the thread ended meanwhile
-                continue
-
-
 FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data travel as a memory file (Sandbox._send)
 REPLY_BASE_BYTES = 4 << 20  # a reply without outputs: stats, samples, texts
 
@@ -190,6 +136,7 @@ class Sandbox:
         self.cached_inputs: set[str] = set()
         self.primed_for: object = None  # the case sets a pool primed it with (farm.evaluate.trusted)
         self.device_info: dict = {}
+        self.server: Any = None  # the fork server (farm.evaluate.forkserver) lent for the next start
         self.closed = False  # closed for good: never started again (a pool closing under a start)
         self._paused_since: float | None = None  # stopped by pause() since then
         self._paused_s = 0.0  # seconds stopped so far: time limits do not count them
@@ -234,17 +181,10 @@ class Sandbox:
         if self.log is not None:
             self.log.close()
         self.log = tempfile.TemporaryFile(prefix="farm-runner-log-")
-        self.cgroup = pids.new_group(self.limits.tasks) if self.boundary.on else None
+        self.cgroup = None
         parent_sock, child_sock = socket.socketpair()
         try:
-            env = {**candidate_env(self.spec, self.scratch), **self.extra_env}
-            argv = self._argv([sys.executable, "-c", self._launcher(child_sock.fileno())], env)
-            self.proc = subprocess.Popen(
-                argv,
-                pass_fds=(child_sock.fileno(),), env=env, cwd=self.workdir or "/",
-                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                preexec_fn=self._preexec, start_new_session=True,
-            )
+            self.proc = self._spawn({**candidate_env(self.spec, self.scratch), **self.extra_env}, child_sock)
         except BaseException:
             parent_sock.close()
             raise
@@ -260,7 +200,26 @@ class Sandbox:
             raise SandboxDied("crash", f"candidate runner failed to start: {reply.get('error')}")
         self.device_info = reply["device"]
         if self._cpus is not None:
-            _pin_tree(proc.pid, self._cpus)  # a runner started while pinned is pinned too
+            pin_tree(proc.pid, self._cpus)  # a runner started while pinned is pinned too
+
+    def _spawn(self, env: dict[str, str], child_sock: socket.socket) -> Any:
+        """The runner's process: forked by its fork server where the pool lent one (the server
+        gone: started afresh), else a new interpreter."""
+        server, self.server = self.server, None
+        if server is not None:
+            env.update(self.spec.target.sandbox_env(self.spec.index))
+            try:
+                proc = server.fork(env, child_sock.fileno(), self.log.fileno())  # type: ignore[union-attr]
+                self.server = server
+                return proc
+            except Exception as exc:  # noqa: BLE001 - the server is killed; this runner starts afresh
+                log.warning("%s; starting a runner afresh", exc)
+                server.release()
+        self.cgroup = pids.new_group(self.limits.tasks) if self.boundary.on else None
+        argv = self._argv([sys.executable, "-c", self._launcher(child_sock.fileno())], env)
+        return subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), env=env, cwd=self.workdir or "/",
+                                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                preexec_fn=self._preexec, start_new_session=True)
 
     def _launcher(self, fd: int) -> str:
         # -c, with the working folder taken off sys.path: a candidate cannot plant modules that
@@ -268,7 +227,10 @@ class Sandbox:
         # (RLIMIT_NPROC counts the sandbox's user namespace; farm.evaluate.pids)
         nproc = (f"import resource; resource.setrlimit(resource.RLIMIT_NPROC, ({self.limits.tasks}, "
                  f"{self.limits.tasks})); ") if self.boundary.on and self.cgroup is None else ""
-        return (f"import sys; sys.path.pop(0); {nproc}from farm.evaluate.sandbox_child import main; "
+        return f"import sys; sys.path.pop(0); {nproc}{self._entry(fd)}"
+
+    def _entry(self, fd: int) -> str:
+        return (f"from farm.evaluate.sandbox_child import main; "
                 f"main({fd}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
 
     def _argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
@@ -288,14 +250,14 @@ class Sandbox:
         proc = self.proc  # another thread may be replacing the runner
         if proc is not None and proc.poll() is None and self._paused_since is None:
             self._paused_since = time.monotonic()
-            _signal_tree(proc.pid, signal.SIGSTOP)
+            signal_tree(proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
         if self._paused_since is None:
             return
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            _signal_tree(proc.pid, signal.SIGCONT)
+            signal_tree(proc.pid, signal.SIGCONT)
         self._paused_s += time.monotonic() - self._paused_since
         self._paused_since = None
 
@@ -305,7 +267,7 @@ class Sandbox:
         self._cpus = set(cpus) if cpus is not None else None
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            _pin_tree(proc.pid, self._cpus if self._cpus is not None else os.sched_getaffinity(0))
+            pin_tree(proc.pid, self._cpus if self._cpus is not None else os.sched_getaffinity(0))
 
     def paused_s(self) -> float:
         since = self._paused_since
@@ -328,7 +290,7 @@ class Sandbox:
         # read once: another thread (a timeout, close) may kill it at the same moment and clear them
         proc, sock, cgroup = self.proc, self.sock, self.cgroup
         if proc is not None:
-            _signal_tree(proc.pid, signal.SIGKILL)
+            signal_tree(proc.pid, signal.SIGKILL)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -339,6 +301,10 @@ class Sandbox:
         if sock is not None:
             sock.close()
         self.proc = self.sock = None
+        server = self.server
+        if server is not None and proc is not None:  # its child is gone: cleaned, for the next one
+            self.server = None
+            server.release()
 
     def close(self) -> None:
         self.closed = True
@@ -360,6 +326,9 @@ class Sandbox:
                     self.log.close()
                     self.log = None
                 _OPEN.discard(self)
+                if self.server is not None:  # lent, never forked on
+                    self.server.release()
+                    self.server = None
 
     def log_tail(self, n: int = 4000) -> str:
         """The end of what the runner printed, read through the descriptor this handle holds."""
@@ -448,7 +417,7 @@ class Sandbox:
         proc = self.proc
         if proc is None or proc.poll() is not None:  # not alive
             raise self._died(what)
-        rss = _rss_mb(proc.pid)
+        rss = rss_mb(proc.pid)
         if rss > self.limits.host_memory_mb:
             self.kill()
             raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "

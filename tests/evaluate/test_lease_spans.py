@@ -61,7 +61,7 @@ def _evaluator(log: list):
     ev.references = Runner("references", ev.lease, log)
     ev._new_trusted = lambda: Runner("references", ev.lease, log)  # the re-timing's own
 
-    def take():  # a fresh runner per candidate, started ahead (outside any hold)
+    def take(**_):  # a fresh runner per candidate, started ahead (outside any hold)
         runner = Runner("candidates", ev.lease, log, dict(replies))
         runner.ensure_started()
         ev.pool.runners.append(runner)
@@ -110,7 +110,7 @@ def test_a_re_timing_with_a_wide_interval_is_timed_again_with_more_rounds():
     noisy = itertools.cycle([0.005, 0.009, 0.006, 0.004, 0.008])
     take = ev.pool.take
 
-    def noisy_take():
+    def noisy_take(**_):
         runner = take()
         plain = runner.call
 

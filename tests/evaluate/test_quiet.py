@@ -12,7 +12,8 @@ import pytest
 
 from farm.evaluate import boundary, quiet
 from farm.evaluate import lease as device_lease
-from farm.evaluate.sandbox import Limits, Sandbox, _tree
+from farm.evaluate.proctree import tree as _tree
+from farm.evaluate.sandbox import Limits, Sandbox
 from farm.targets import resolve_device
 
 SLOW_LOAD = '''

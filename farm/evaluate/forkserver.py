@@ -1,0 +1,165 @@
+"""The evaluator's side of a fork server (farm.evaluate.zygote says why a fork is as fresh as a
+new interpreter): a runner process of its own, in a sandbox of its own, that forks one
+candidate runner at a time. A warm pool (farm.evaluate.pool) keeps a few, one per runner it
+has out, so no two candidates ever share a server's sandbox at once.
+
+Nothing the server says is trusted further than it must be: its replies are capped and have a
+deadline, the pid it names is looked up among its own sandbox's processes only, and a server
+that fails to answer, to fork or to clean is killed with its sandbox and replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.evaluate import wire, zygote
+from farm.evaluate.proctree import tree as _tree
+from farm.evaluate.sandbox import Sandbox, SandboxDied
+
+log = logging.getLogger(__name__)
+
+REPLY_BYTES = 4096
+ASK_S = 30.0  # a fork, a reap or a clean takes milliseconds; a server this late is broken
+
+
+class ServerGone(Exception):
+    """The fork server did not do what it was asked: it has been killed."""
+
+
+class ForkServer(Sandbox):
+    """A runner process that forks runners: started like one, then asked to fork, reap, clean."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.busy = False  # lent to a runner (its child in use, or not yet cleaned)
+        self.forks = 0
+        self._ask_lock = threading.Lock()
+
+    def _entry(self, fd: int) -> str:
+        return (f"from farm.evaluate.zygote import serve; serve({fd}, {self.spec.label!r}, "
+                f"{self.limits.device_memory_fraction!r}, {str(self.scratch)!r})")
+
+    def fork(self, env: dict[str, str], sock_fd: int, log_fd: int) -> ForkedChild:
+        reply = self._ask({"verb": "fork", "env": env}, fds=(sock_fd, log_fd))
+        nspid = reply.get("pid")
+        if not isinstance(nspid, int) or isinstance(nspid, bool) or nspid <= 1:
+            raise self._gone(f"it named no child ({nspid!r})")
+        host = self._host_pid(nspid)
+        if host is None:
+            raise self._gone(f"its child {nspid} is not among its processes")
+        self.forks += 1
+        return ForkedChild(self, host)
+
+    def reap(self, timeout: float) -> int | None:
+        """The last child's exit status (Popen's returncode), once it has ended."""
+        status = self._ask({"verb": "reap", "timeout": timeout}, wait_s=timeout + ASK_S).get("status")
+        return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+    def clean(self) -> bool:
+        """What the last child left removed; False (and the server killed) if that failed."""
+        try:
+            reply = self._ask({"verb": "clean"}, wait_s=zygote.CLEAN_S + ASK_S)
+        except ServerGone:
+            return False
+        if reply.get("ok") is not True:
+            log.warning("a fork server for %s is retired: %s", self.spec.label, str(reply.get("why"))[:300])
+            self.kill()
+            return False
+        return True
+
+    def release(self) -> None:
+        """Back to its pool, clean, or killed if it could not be cleaned."""
+        if self.alive:
+            self.clean()
+        self.busy = False
+
+    def _ask(self, msg: dict, fds: tuple[int, ...] = (), wait_s: float = ASK_S) -> dict:
+        import json
+
+        with self._ask_lock:
+            sock = self.sock
+            if sock is None or not self.alive:
+                raise self._gone("it is not running")
+            try:
+                wire.send_frame(sock, json.dumps(msg).encode(), fds=fds)
+                tree = wire.decode(wire.recv_frame(sock, REPLY_BYTES, time.monotonic() + wait_s))
+            except (OSError, EOFError, wire.ProtocolError) as exc:
+                raise self._gone(f"no answer to {msg['verb']}: {exc}") from None
+        if not isinstance(tree, dict):
+            raise self._gone(f"its answer to {msg['verb']} is not a mapping")
+        return tree
+
+    def _gone(self, why: str) -> ServerGone:
+        self.kill()
+        return ServerGone(f"the fork server for {self.spec.label} was killed: {why}")
+
+    def _host_pid(self, nspid: int) -> int | None:
+        """The host's pid of the server's child `nspid` (a pid inside its PID namespace)."""
+        proc = self.proc
+        if proc is None:
+            return None
+        for pid in _tree(proc.pid)[1:]:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    if len(ids) > 1 and ids[-1] == str(nspid):
+                        return pid
+        return None
+
+
+class ForkedChild:
+    """What a runner holds of a forked child in place of a Popen: its pid on the host, whether
+    it still runs (a pidfd, so a reused pid is never taken for it) and its exit status, which
+    only its parent, the server, can read."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+        self._fd: int | None = os.pidfd_open(pid)
+
+    def _ended(self, timeout: float) -> bool:
+        fd = self._fd
+        return fd is None or bool(select.select([fd], [], [], max(0.0, timeout))[0])
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._ended(0):
+            self._finish()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is None:
+            if not self._ended(3600.0 if timeout is None else timeout):
+                raise subprocess.TimeoutExpired(f"forked runner {self.pid}", timeout or 0)
+            self._finish()
+        return self.returncode
+
+    def _finish(self) -> None:
+        try:
+            status = self.server.reap(2.0)
+        except ServerGone:
+            status = None
+        self.returncode = -9 if status is None else status
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def start(server: ForkServer) -> ForkServer:
+    """A fork server started (seconds: the imports its children will not pay)."""
+    try:
+        server.start()
+    except SandboxDied:
+        server.close()
+        raise
+    return server

@@ -1,0 +1,171 @@
+"""Runners forked by a fork server (farm.evaluate.forkserver, farm.evaluate.zygote): as fresh
+as a new interpreter. Each test runs candidates one after the other on ONE server, the case a
+pool avoids only by luck of rotation, and checks that nothing of the first reaches the next."""
+
+import os
+import shutil
+
+import pytest
+
+from farm.evaluate import boundary, forkserver
+from farm.evaluate.forkserver import ForkedChild, ForkServer
+from farm.evaluate.pool import RunnerPool
+from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.targets import resolve_device
+
+LIMITS = Limits(start_s=90, compile_s=30, run_s=10, time_s=20, host_memory_mb=4096, log_mb=64, scratch_mb=64,
+                tmp_mb=32, tasks=64)
+
+pytestmark = pytest.mark.skipif(not os.environ.get("CI") and shutil.which("bwrap") is None,
+                                reason="bubblewrap is not installed (CI=true makes this a failure)")
+
+
+@pytest.fixture
+def server():
+    found = boundary.probe()
+    assert found.on, found.why
+    srv = forkserver.start(ForkServer(resolve_device("cpu"), LIMITS, found))
+    srv.busy = True
+    yield srv
+    srv.close()
+
+
+def _runner(server: ForkServer) -> Sandbox:
+    box = Sandbox(server.spec, server.limits, server.boundary)
+    box.server = server
+    box.start()
+    return box
+
+
+def _load(box: Sandbox, code: str) -> str:
+    """Runs `code` at load in the runner; what it raises comes back as the reply's error."""
+    reply = box.call("load_source", 30, source=code, init_inputs=[])
+    return str(reply.get("error"))
+
+
+def _once(server: ForkServer, code: str) -> str:
+    """`code` in a runner forked by `server`, which is closed after."""
+    box = _runner(server)
+    try:
+        return _load(box, code)
+    finally:
+        box.close()
+
+
+def test_forked_runners_are_children_of_the_server_and_answer(server):
+    box = _runner(server)
+    try:
+        assert isinstance(box.proc, ForkedChild) and box.server is server
+        assert "no ModelNew" in _load(box, "X = 1\n") or "ModelNew" in _load(box, "X = 1\n")
+    finally:
+        box.close()
+    assert box.server is None and server.forks == 1 and not server.busy and server.alive
+
+
+LEAVE = r'''
+import os, subprocess, sys, torch
+open("/tmp/stash", "w").write("x")
+open("/dev/shm/stash", "w").write("x")
+open(os.path.join(os.environ["HOME"], "stash"), "w").write("x")
+os.makedirs("/tmp/deep/er", exist_ok=True)
+os.symlink("/usr", "/tmp/deep/link")
+torch.add = lambda *a, **k: "patched"
+subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)"],
+                 start_new_session=True)
+raise RuntimeError("LEFT")
+'''
+
+LOOK = r'''
+import os, torch
+found = [p for p in ("/tmp/stash", "/dev/shm/stash", os.path.join(os.environ["HOME"], "stash"), "/tmp/deep")
+         if os.path.lexists(p)]
+others = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) not in (1, os.getpid(), os.getppid()):
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            others.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:60])
+raise RuntimeError(f"FOUND files={found} procs={others} patched={torch.add(torch.ones(1), 1) == 'patched'}")
+'''
+
+
+def test_nothing_a_candidate_leaves_reaches_the_next_runner_of_the_same_server(server):
+    assert "LEFT" in _once(server, LEAVE)
+    assert server.alive, "an honest clean-up must not retire the server"
+    error = _once(server, LOOK)
+    assert "FOUND files=[] procs=[] patched=False" in error, error
+    assert os.path.isdir("/usr/bin"), "the clean-up followed no link out of the sandbox"
+
+
+REACH = r'''
+import os, signal
+parent = os.getppid()
+try:
+    open(f"/proc/{parent}/mem", "rb").read(1)
+    mem = "read"
+except OSError as exc:
+    mem = type(exc).__name__
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+traced = libc.ptrace(16, parent, 0, 0)  # PTRACE_ATTACH
+raise RuntimeError(f"REACH mem={mem} ptrace={traced}")
+'''
+
+
+def test_a_child_can_neither_read_nor_trace_the_server(server):
+    error = _once(server, REACH)
+    assert "REACH mem=PermissionError ptrace=-1" in error, error
+
+
+def test_a_server_a_child_killed_is_replaced_by_a_fresh_start(server):
+    box = _runner(server)
+    try:
+        with pytest.raises(SandboxDied):  # its sandbox ends with the server, and the child with it
+            _load(box, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)\n")
+    finally:
+        box.close()
+    assert not server.alive
+    again = Sandbox(server.spec, server.limits, server.boundary)
+    again.server = server
+    again.start()  # the server is gone: a new interpreter, and the runner works
+    try:
+        assert not isinstance(again.proc, ForkedChild)
+        assert "ModelNew" in _load(again, "X = 1\n")
+    finally:
+        again.close()
+
+
+IPC = r'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+shmid = libc.shmget(0, 4096, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+raise RuntimeError(f"SHM {shmid}")
+'''
+
+
+def test_a_system_v_object_left_behind_retires_the_server(server):
+    """Shared memory outlives the process that made it: no clean-up is trusted with it."""
+    error = _once(server, IPC)
+    assert "SHM " in error and "SHM -1" not in error, error
+    assert not server.alive
+
+
+def test_a_pool_under_the_sandbox_forks_its_runners_and_an_independent_take_does_not():
+    found = boundary.probe()
+    pool = RunnerPool(resolve_device("cpu"), LIMITS, found, size=1)
+    try:
+        kinds = []
+        for _ in range(3):
+            box = pool.take()
+            kinds.append(type(box.proc).__name__)
+            box.close()
+        independent = pool.take(independent=True)
+        kinds.append(type(independent.proc).__name__)
+        independent.close()
+    finally:
+        pool.close()
+    assert kinds[1:3] == ["ForkedChild", "ForkedChild"] and kinds[3] == "Popen", kinds
+    assert all(not s.alive for s in pool._servers) and not pool._servers
