@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from farm.evaluate import wire, zygote
-from farm.evaluate.proctree import tree as _tree
+from farm.evaluate import proctree, wire, zygote
 from farm.evaluate.sandbox import Sandbox, SandboxDied
 
 log = logging.getLogger(__name__)
@@ -105,7 +104,7 @@ class ForkServer(Sandbox):
         proc = self.proc
         if proc is None:
             return None
-        for pid in _tree(proc.pid)[1:]:
+        for pid in proctree.tree(proc.pid)[1:]:
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
@@ -125,8 +124,17 @@ class ForkedChild:
 
     def __init__(self, server: ForkServer, pid: int):
         self.server, self.pid = server, pid
+        self.parent = proctree.parent(pid)  # the server's process
         self.returncode: int | None = None
         self._fd: int | None = os.pidfd_open(pid)
+
+    def rss_mb(self) -> float:
+        """Memory of everything in the sandbox but the server: the child's tree, and what it
+        left to the sandbox's init (a daemon is no child of the child's any more)."""
+        proc = self.server.proc
+        if proc is None or self.parent is None:
+            return proctree.rss_mb(self.pid)
+        return proctree.rss_mb(proc.pid, skip=(self.parent,))
 
     def _ended(self, timeout: float) -> bool:
         fd = self._fd

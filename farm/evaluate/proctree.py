@@ -26,10 +26,13 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and its descendants."""
+def rss_mb(pid: int, skip: tuple[int, ...] = ()) -> float:
+    """Resident memory of `pid` and its descendants (less the processes in `skip`, not their
+    descendants)."""
     total = 0.0
     for p in tree(pid):
+        if p in skip:
+            continue
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -38,6 +41,17 @@ def rss_mb(pid: int) -> float:
         except (OSError, ValueError):
             continue
     return total
+
+
+def parent(pid: int) -> int | None:
+    """The parent of `pid` as this process's PID namespace numbers it."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def signal_tree(pid: int, sig: int) -> None:

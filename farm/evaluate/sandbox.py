@@ -417,7 +417,7 @@ class Sandbox:
         proc = self.proc
         if proc is None or proc.poll() is not None:  # not alive
             raise self._died(what)
-        rss = rss_mb(proc.pid)
+        rss = proc.rss_mb() if hasattr(proc, "rss_mb") else rss_mb(proc.pid)
         if rss > self.limits.host_memory_mb:
             self.kill()
             raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "

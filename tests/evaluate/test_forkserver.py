@@ -169,3 +169,23 @@ def test_a_pool_under_the_sandbox_forks_its_runners_and_an_independent_take_does
         pool.close()
     assert kinds[1:3] == ["ForkedChild", "ForkedChild"] and kinds[3] == "Popen", kinds
     assert all(not s.alive for s in pool._servers) and not pool._servers
+
+
+HOG = r'''
+import os, subprocess, sys, time
+# a daemon that is no child of the runner any more: double fork, its own session
+subprocess.Popen([sys.executable, "-c", "import os, time\nif os.fork(): os._exit(0)\nos.setsid()\n"
+                  "block = b'x' * (1536 << 20)\ntime.sleep(60)"])
+time.sleep(15)
+'''
+
+
+def test_the_memory_watchdog_counts_what_a_runner_left_to_the_sandbox_init(server):
+    """A forked runner's own tree is not all it can use: an orphan goes to the sandbox's init."""
+    server.limits = Limits(**{**vars(LIMITS), "host_memory_mb": 1024})
+    box = _runner(server)
+    try:
+        with pytest.raises(SandboxDied, match="memory limit"):
+            _load(box, HOG)
+    finally:
+        box.close()
