@@ -372,7 +372,7 @@ class Comparison(EvaluatorState):
         runner); on the H100 it reached 1.04 for one op
         (bench/results/truth_h100/NOTES-2026-11-24.md)."""
         self._null_run = True
-        self.candidates = self._take_runner(independent=True)
+        self.candidates = self._take_runner()
         try:
             with self._device(VERIFICATION):
                 reply = self.candidates.call("load_task", self.settings.limits.compile_s,
@@ -427,7 +427,7 @@ class Comparison(EvaluatorState):
             model_runs = self.model_runs()
         result = EvalResult(verdict="pass")
         started = self._started = time.monotonic()
-        self.candidates = self._take_runner(independent=True)
+        self.candidates = self._take_runner()
         try:
             self.references.ensure_started()
             with self._device(VERIFICATION):

@@ -3,6 +3,12 @@ new interpreter): a runner process of its own, in a sandbox of its own, that for
 candidate runner at a time. A warm pool (farm.evaluate.pool) keeps a few, one per runner it
 has out, so no two candidates ever share a server's sandbox at once.
 
+Servers are kept per process, for every evaluator of the same device, boundary and limits
+(`lend`): an op's search of a few candidates would otherwise pay the imports of its own
+servers and gain nothing. They are started by long-lived threads of their own, since
+bubblewrap's --die-with-parent ends a server when the thread that started it ends; at most
+IDLE_KEPT wait unused.
+
 Nothing the server says is trusted further than it must be: its replies are capped and have a
 deadline, the pid it names is looked up among its own sandbox's processes only, and a server
 that fails to answer, to fork or to clean is killed with its sandbox and replaced.
@@ -16,14 +22,18 @@ import select
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from farm.evaluate import proctree, wire, zygote
-from farm.evaluate.sandbox import Sandbox, SandboxDied
+from farm.evaluate.boundary import Boundary
+from farm.evaluate.sandbox import Limits, Sandbox
+from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
 
+IDLE_KEPT = 4  # servers kept waiting, over all devices and limits (each holds torch: ~0.4 GB)
 REPLY_BYTES = 4096
 ASK_S = 30.0  # a fork, a reap or a clean takes milliseconds; a server this late is broken
 
@@ -38,6 +48,7 @@ class ForkServer(Sandbox):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.busy = False  # lent to a runner (its child in use, or not yet cleaned)
+        self.idle_since = 0.0
         self.forks = 0
         self._ask_lock = threading.Lock()
 
@@ -74,10 +85,18 @@ class ForkServer(Sandbox):
         return True
 
     def release(self) -> None:
-        """Back to its pool, clean, or killed if it could not be cleaned."""
+        """Back to the servers kept, clean, or killed if it could not be cleaned."""
         if self.alive:
             self.clean()
-        self.busy = False
+        with _LOCK:
+            self.busy = False
+            self.idle_since = time.monotonic()
+            idle = sorted((s for s in _SERVERS if not s.busy), key=lambda s: s.idle_since)
+            extra = idle[:max(0, len(idle) - IDLE_KEPT)]
+            for server in extra:
+                _SERVERS.remove(server)
+        for server in extra:
+            server.close()
 
     def _ask(self, msg: dict, fds: tuple[int, ...] = (), wait_s: float = ASK_S) -> dict:
         import json
@@ -163,11 +182,52 @@ class ForkedChild:
             self._fd = None
 
 
-def start(server: ForkServer) -> ForkServer:
-    """A fork server started (seconds: the imports its children will not pay)."""
+_LOCK = threading.Lock()
+_SERVERS: list[ForkServer] = []  # this process's, lent or idle
+_STARTER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fork-server-start")  # threads that stay
+
+
+def _same(server: ForkServer, spec: DeviceSpec, limits: Limits, boundary: Boundary) -> bool:
+    return server.spec.label == spec.label and server.boundary == boundary and server.limits == limits
+
+
+def lend(spec: DeviceSpec, limits: Limits, boundary: Boundary, start: bool = True,
+         quiet: Any = None) -> ForkServer | None:
+    """An idle fork server for runners of `spec` under `limits`, lent until its runner releases
+    it; with `start`, a new one where none is idle (seconds: the imports its children will not
+    pay), else None. `quiet` (farm.evaluate.quiet) stops a start while the device is timed."""
+    with _LOCK:
+        _SERVERS[:] = [s for s in _SERVERS if s.busy or s.alive]
+        for server in _SERVERS:
+            if not server.busy and server.alive and _same(server, spec, limits, boundary):
+                server.busy = True
+                return server
+        if not start:
+            return None
+        server = ForkServer(spec, limits, boundary)
+        server.busy = True
+        _SERVERS.append(server)
+    if quiet is not None:
+        quiet.add(server)
     try:
-        server.start()
-    except SandboxDied:
+        _STARTER.submit(server.start).result()
+        return server
+    except Exception as exc:  # noqa: BLE001 - its runner starts afresh instead
+        log.warning("a fork server for %s failed to start (%s); runners start afresh", spec.label, exc)
+        with _LOCK:
+            _SERVERS.remove(server)
         server.close()
-        raise
-    return server
+        return None
+    finally:
+        if quiet is not None:
+            quiet.remove(server)
+
+
+def close_idle() -> None:
+    """Close the servers waiting unused (tests; a worker that changes its sandbox settings)."""
+    with _LOCK:
+        idle = [s for s in _SERVERS if not s.busy]
+        for server in idle:
+            _SERVERS.remove(server)
+    for server in idle:
+        server.close()

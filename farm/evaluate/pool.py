@@ -15,10 +15,10 @@ the host with a timing.
 Inside the sandbox, runners after the first are forked by fork servers
 (farm.evaluate.forkserver, farm.evaluate.zygote): a start is then a fork and a device context
 instead of an interpreter and `import torch`, which on a host of two cores cost as much CPU
-as judging a candidate. The pool keeps one server per runner it has out (ready, in use, being
-closed), so no two candidates share a server's sandbox at once; a server is cleaned when its
-runner closes and replaced when it cannot be. A runner for an independent re-timing
-(`take(independent=True)`) is always a new interpreter.
+as judging a candidate. Each runner is lent a server of its own (ready, in use, being closed),
+so no two candidates share a server's sandbox at once; a server is cleaned when its runner
+closes and replaced when it cannot be. The servers are the process's, shared by the pools of
+every op on the device.
 
 The starter threads live as long as the pool: bubblewrap's --die-with-parent ends a runner
 (and a fork server) when the thread that started it ends (PR_SET_PDEATHSIG follows the
@@ -34,7 +34,6 @@ from typing import Callable
 
 from farm.evaluate import forkserver, quiet
 from farm.evaluate.boundary import Boundary
-from farm.evaluate.forkserver import ForkServer
 from farm.evaluate.sandbox import Limits, Sandbox
 from farm.targets import DeviceSpec
 
@@ -57,19 +56,15 @@ class RunnerPool:
         self.taken = 0  # runners handed out
         self.closed = False
         self.fork = fork and boundary.on  # without the sandbox a fork would share the host's view
-        self._servers: list[ForkServer] = []
         self._inflight: set[Sandbox] = set()  # runners a starter thread is starting
         self._threads: list[threading.Thread] = []
         self._cv = threading.Condition()
         self._quiet = quiet.for_device(spec.label, host_wide=not spec.target.interpret)
 
-    def take(self, independent: bool = False) -> Sandbox:
+    def take(self) -> Sandbox:
         """A started runner that has run nothing; blocks while the next one starts. The first
-        (and every one with size 0) is started in the calling thread; from the second on, the
-        starter threads keep `size` ready. `independent`: a new interpreter, now, for a
-        measurement that must share nothing with the search's runners (the re-timing)."""
-        if independent:
-            return self._start()
+        (and every one with size 0) is started in the calling thread, forked where an idle
+        server waits; from the second on, the starter threads keep `size` ready."""
         with self._cv:
             self.taken += 1
             inline = self.size == 0 or (self.taken == 1 and not self.ready)
@@ -109,7 +104,7 @@ class RunnerPool:
             with self._cv:
                 self._inflight.add(box)
             try:
-                box.server = self._server()
+                box.server = self._server(start=True)
                 item: Sandbox | BaseException = self._start(box)
             except BaseException as exc:  # noqa: BLE001 - handed to the one who takes it
                 self._quiet.remove(box)
@@ -130,7 +125,9 @@ class RunnerPool:
             return
 
     def _start(self, box: Sandbox | None = None) -> Sandbox:
-        box = box or Sandbox(self.spec, self.limits, self.boundary)
+        if box is None:
+            box = Sandbox(self.spec, self.limits, self.boundary)
+            box.server = self._server(start=False)
         if self.configure is not None:
             self.configure(box)
         try:
@@ -144,32 +141,12 @@ class RunnerPool:
             self.started += 1
         return box
 
-    def _server(self) -> ForkServer | None:
-        """An idle fork server, lent to the runner about to start; one more is started while
-        fewer than one per runner out exist; None: the runner starts afresh."""
+    def _server(self, start: bool) -> forkserver.ForkServer | None:
+        """A fork server lent to the runner about to start (with `start`, one more is started
+        where none is idle); None: the runner starts afresh."""
         if not self.fork:
             return None
-        with self._cv:
-            self._servers = [s for s in self._servers if s.busy or s.alive]
-            for server in self._servers:
-                if not server.busy and server.alive:
-                    server.busy = True
-                    return server
-            if self.closed or len(self._servers) >= self.size + 2:
-                return None
-            server = ForkServer(self.spec, self.limits, self.boundary)
-            server.busy = True
-            self._servers.append(server)
-        self._quiet.add(server)  # its imports are a start like any other
-        try:
-            return forkserver.start(server)
-        except Exception as exc:  # noqa: BLE001 - the runner starts afresh instead
-            log.warning("a fork server for %s failed to start (%s); runners start afresh", self.spec.label, exc)
-            with self._cv:
-                self._servers.remove(server)
-            return None
-        finally:
-            self._quiet.remove(server)
+        return forkserver.lend(self.spec, self.limits, self.boundary, start=start, quiet=self._quiet)
 
     def drain(self) -> None:
         """Close the runners waiting here (started under another environment or configuration):
@@ -191,7 +168,4 @@ class RunnerPool:
         self.drain()
         for box in inflight:  # a start in progress ends now
             box.close()
-        with self._cv:
-            servers, self._servers = self._servers, []
-        for server in servers:
-            server.close()
+

@@ -173,7 +173,10 @@ class Sandbox:
         self.workdir = None
 
     def start(self) -> None:
-        if self.closed:
+        if self.closed:  # a pool closed while this start waited for a fork server
+            server, self.server = self.server, None
+            if server is not None:
+                server.release()
             raise SandboxDied("crash", "the runner was closed")
         self.resume()  # closes a pause of the runner this one replaces
         self.kill()

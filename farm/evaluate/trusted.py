@@ -52,14 +52,13 @@ class TrustedSide(EvaluatorState):
                             output_nbytes=box.output_nbytes).ok:
                     box.cached_inputs.add(key)
 
-    def _take_runner(self, independent: bool = False) -> Sandbox:
+    def _take_runner(self) -> Sandbox:
         """A pool runner for the cases in use now. One primed for other cases (the search's,
         taken by the re-timing that drew its own) keeps other inputs under the same seed keys:
         they are forgotten, so the candidate is run on the inputs its outputs are compared for
         (on an H100 every re-timing compared a kernel's outputs for the search's inputs with the
-        truth for its own, and refused the promotion). `independent`: a new interpreter, never
-        a fork of the search's fork servers (the re-timing and its null check)."""
-        box = self.pool.take(independent=independent)
+        truth for its own, and refused the promotion)."""
+        box = self.pool.take()
         if getattr(box, "primed_for", None) is not self._cases:
             box.cached_inputs = {key for key in box.cached_inputs if key == "pt"}
         return box
