@@ -41,8 +41,6 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
     # everything a runner imports, imported here once; nothing that starts threads or a device
     from farm.evaluate import sandbox_child
 
-    seeds = _warm(device_label)
-
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -61,7 +59,6 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
         except (ValueError, AttributeError):  # the runner protocol's Exit (pickled), or nonsense
             os._exit(0)
         if verb == "fork" and len(fds) == 2 and child == 0:
-            _plant(seeds, msg["env"].get("TRITON_CACHE_DIR", ""), scratch)
             sys.stdout.flush()
             sys.stderr.flush()
             child = os.fork()
@@ -89,46 +86,6 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
             for f in fds:
                 os.close(f)
             _reply(sock, {"ok": False, "why": f"unknown or out-of-turn message {verb!r}"})
-
-
-SEEDS_BYTES = 64 << 20
-
-
-def _warm(device_label: str) -> dict[str, bytes]:
-    """What the target builds the same for every runner (farm.targets.Target.warm_compiler),
-    built once here and kept in memory: each runner's empty compiler cache gets these bytes,
-    never a file a child could have changed."""
-    from farm import targets
-
-    cache = os.environ.get("TRITON_CACHE_DIR", "")
-    try:
-        targets.resolve_device(device_label).target.warm_compiler()
-    except Exception:  # noqa: BLE001 - no seeds: each runner builds them, as without a server
-        traceback.print_exc()
-        return {}
-    seeds: dict[str, bytes] = {}
-    total = 0
-    for folder, _dirs, files in os.walk(cache) if cache else ():
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                data = f.read(SEEDS_BYTES + 1)
-            total += len(data)
-            if total > SEEDS_BYTES:
-                return {}
-            seeds[os.path.relpath(path, cache)] = data
-    return seeds
-
-
-def _plant(seeds: dict[str, bytes], cache: str, scratch: str) -> None:
-    """The seeds, written afresh into the runner's cache (inside its folder, emptied by clean)."""
-    if not seeds or not cache.startswith(scratch.rstrip("/") + "/"):
-        return
-    for rel, data in seeds.items():
-        path = os.path.join(cache, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
 
 
 def _become_runner(fds: list[int], env: dict, scratch: str) -> None:

@@ -162,12 +162,6 @@ class Target:
             hint = f" ({self.install_hint})" if self.install_hint else ""
             raise FarmError(f"target {self.name} needs {self.runtime_module}{hint}") from exc
 
-    def warm_compiler(self) -> None:
-        """In a fork server (farm.evaluate.zygote), before any fork: build what every runner's
-        first compile builds the same (the Triton driver's C helpers), into the compiler cache,
-        without touching the device; the server plants those files, as it built them, in each
-        runner's empty cache. Nothing to build by default."""
-
     def choose_triton_driver(self) -> None:
         """In a child, before Triton is used: make this target's backend the process's Triton
         driver by name. Triton >= 3.4 reads TRITON_DEFAULT_BACKEND (pin_env sets it); triton-ascend

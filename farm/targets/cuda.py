@@ -67,13 +67,6 @@ class CudaTarget(Target):
     def prompt_text(self) -> str:
         return resources.files("farm.targets").joinpath("prompt_cuda.txt").read_text(encoding="utf-8")
 
-    def warm_compiler(self) -> None:
-        # Triton's CUDA helpers (cuda_utils, a gcc build of about a second in every new cache);
-        # building and loading them does not initialise the driver, so a fork after is safe
-        from triton.backends.nvidia.driver import CudaUtils
-
-        CudaUtils()
-
     def limit_memory(self, fraction: float) -> None:
         import torch
 

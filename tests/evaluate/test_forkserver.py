@@ -201,34 +201,3 @@ def test_the_memory_watchdog_counts_what_a_runner_left_to_the_sandbox_init(serve
             _load(box, HOG)
     finally:
         box.close()
-
-
-def test_a_runner_cache_is_seeded_from_the_server_memory_not_from_a_file_a_child_changed(tmp_path, monkeypatch):
-    """The driver helpers a target builds once (Target.warm_compiler: Triton's cuda_utils, a gcc
-    build per new cache) reach each runner's empty cache as the server built them."""
-    import types
-
-    from farm import targets
-    from farm.evaluate import zygote
-
-    built = tmp_path / "server-cache"
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(built))
-
-    def warm():
-        (built / "abc").mkdir(parents=True)
-        (built / "abc" / "cuda_utils.so").write_bytes(b"\x7fELF trusted")
-
-    fake = types.SimpleNamespace(target=types.SimpleNamespace(warm_compiler=warm))
-    monkeypatch.setattr(targets, "resolve_device", lambda label: fake)
-    seeds = zygote._warm("cuda:0")
-    assert seeds == {"abc/cuda_utils.so": b"\x7fELF trusted"}
-    scratch = tmp_path / "scratch"
-    runner_cache = scratch / ".triton" / "cache"
-    zygote._plant(seeds, str(runner_cache), str(scratch))
-    planted = runner_cache / "abc" / "cuda_utils.so"
-    assert planted.read_bytes() == b"\x7fELF trusted"
-    planted.write_bytes(b"a child's code")  # changed by a runner; the server built it once
-    zygote._plant(seeds, str(runner_cache), str(scratch))
-    assert planted.read_bytes() == b"\x7fELF trusted"
-    zygote._plant(seeds, str(tmp_path / "elsewhere"), str(scratch))  # outside the runner's folder
-    assert not (tmp_path / "elsewhere").exists()
