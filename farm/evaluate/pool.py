@@ -12,8 +12,8 @@ every candidate is shown anyway. While the device is timed, runners that are sta
 waiting are stopped like compile-ahead runners (farm.evaluate.quiet), so a start never shares
 the host with a timing.
 
-Inside the sandbox, runners after the first are forked by fork servers
-(farm.evaluate.forkserver, farm.evaluate.zygote): a start is then a fork and a device context
+Inside the sandbox, runners are forked by fork servers (farm.evaluate.forkserver,
+farm.evaluate.zygote) where one is idle or can be started ahead: a start is then a fork and a device context
 instead of an interpreter and `import torch`, which on a host of two cores cost as much CPU
 as judging a candidate. Each runner is lent a server of its own (ready, in use, being closed),
 so no two candidates share a server's sandbox at once; a server is cleaned when its runner
@@ -21,8 +21,8 @@ closes and replaced when it cannot be. The servers are the process's, shared by 
 every op on the device.
 
 The starter threads live as long as the pool: bubblewrap's --die-with-parent ends a runner
-(and a fork server) when the thread that started it ends (PR_SET_PDEATHSIG follows the
-thread, not the process).
+when the thread that started it ends (PR_SET_PDEATHSIG follows the thread, not the process);
+fork servers have threads of their own that live as long as the process.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ import traceback
 
 from farm.evaluate import wire
 
-WRITABLE = ("/tmp", "/dev/shm")  # with the runner's folder (farm.evaluate.boundary.SCRATCH)
+WRITABLE = ("/tmp", "/dev/shm")
+_SHRUGGED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)  # with the runner's folder (farm.evaluate.boundary.SCRATCH)
 _PR_SET_DUMPABLE = 4
 CLEAN_S = 5.0  # a clean that takes longer (a child left a million files) retires the server
 
@@ -44,6 +45,8 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    for sig in _SHRUGGED:  # a child may signal its server: only SIGKILL and SIGSTOP still reach it
+        signal.signal(sig, signal.SIG_IGN)
     gc.collect()
     gc.freeze()  # the imported state stays shared with the children (no collector writes to it)
     _reply(sock, {"ok": True, "device": {}})
@@ -100,6 +103,8 @@ def _become_runner(fds: list[int], env: dict, scratch: str) -> None:
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in env.items()})
     os.chdir(scratch)
+    for sig in _SHRUGGED:  # as a new interpreter has them
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     os.setpgid(0, 0)  # its own group: the evaluator kills the group
     random.seed()  # not the server's sequence
 

@@ -140,6 +140,16 @@ def test_a_server_a_child_killed_is_replaced_by_a_fresh_start(server):
         again.close()
 
 
+def test_a_server_shrugs_off_the_signals_a_child_may_send_and_its_children_get_them_back(server):
+    code = ("import os, signal, time\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):\n"
+            "    os.kill(os.getppid(), s)\ntime.sleep(0.3)\n"
+            "raise RuntimeError(f'HANDLERS {signal.getsignal(signal.SIGTERM)} {signal.getsignal(signal.SIGINT)}')\n")
+    error = _once(server, code)
+    assert server.alive
+    assert "HANDLERS 0 <built-in function default_int_handler>" in error, error  # SIG_DFL, Python's own
+    assert "ModelNew" in _once(server, "X = 1\n")  # and it still forks
+
+
 IPC = r'''
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
