@@ -68,14 +68,14 @@ def run_file(python, path: Path, source: str) -> dict:
 
     from farm.ascend.port import PortContext, port
     from farm.corpus import opcheck
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.evaluate.static_checks import check_has_triton_kernel
     from farm.generators.base import model_as_candidate
 
     row = {"source": source, "file": str(path), "op": path.stem}
     text = path.read_text()
     try:
-        task = corpus.load_task(corpus.ref_from_file(path, source.replace("/", "_")), "small")
+        task = taskfiles.load_task(taskfiles.ref_from_file(path, source.replace("/", "_")), "small")
         init_inputs, inputs = opcheck.draw_init_inputs(task, 0), opcheck.draw_inputs(task, 0)
     except Exception as exc:  # noqa: BLE001 -- the corpus rules (a Reference, op names) do not matter here:
         # the file's own get_inputs() (its bench shapes, seed 0) feed the recording instead

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate import timing
 from farm.generators.base import Context, model_as_candidate  # noqa: E402
 from farm.generators.tune import apply, find_knobs  # noqa: E402
@@ -100,13 +100,13 @@ def close(got, want) -> bool:
 class TaskBench:
     """One task at its benchmark shapes: inputs, Reference outputs, traffic, and a timer."""
 
-    def __init__(self, ref: corpus.TaskRef, big_bw: float):
+    def __init__(self, ref: taskfiles.TaskRef, big_bw: float):
         import torch
 
         from farm.runtime.tensors import to_device
 
         self.ref = ref
-        self.task = corpus.load_task(ref, "bench")
+        self.task = taskfiles.load_task(ref, "bench")
         torch.manual_seed(0)
         self.init = self.task.init_inputs()
         self.inputs = to_device(self.task.inputs(), "cuda")
@@ -274,7 +274,7 @@ def main() -> None:
     doc = {"device": torch.cuda.get_device_name(), "copy_bw_bytes_s": big_bw, "copies": [], "rows": []}
     for key in args.tasks:
         source, op = key.split("/")
-        [ref] = corpus.find_tasks(settings, [source], [op])
+        [ref] = taskfiles.find_tasks(settings, [source], [op])
         bench = TaskBench(ref, big_bw)
         doc["copies"].append({"task": key, **copy_fraction(bench.traffic, big_bw),
                               "clean_l2_fraction": copy_clean_fraction(bench.traffic, big_bw)})

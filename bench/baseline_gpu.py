@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate.evaluator import Evaluator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
@@ -51,7 +51,7 @@ def alone_child(report, task_path: str, source: str, pt_path: str) -> dict:
     from farm.runtime.tensors import to_device
 
     data = load_pt(pt_path)
-    task = corpus.load_task(corpus.TaskRef(source, Path(task_path).stem, Path(task_path)), data.get("shapes", "bench"))
+    task = taskfiles.load_task(taskfiles.TaskRef(source, Path(task_path).stem, Path(task_path)), data.get("shapes", "bench"))
     model = task.model_cls(*data["init_inputs"]).cuda().eval()
     inputs = to_device(list(data["inputs"]), "cuda")
     with torch.no_grad():
@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     settings, _ = load_settings()
     store = open_store(f"file://{tempfile.mkdtemp(prefix='farm-baseline-')}")
-    refs = [r for r in corpus.find_tasks(settings, sorted({o.split('/')[0] for o in args.ops})) if r.key in args.ops]
+    refs = [r for r in taskfiles.find_tasks(settings, sorted({o.split('/')[0] for o in args.ops})) if r.key in args.ops]
     made = {(r["source"], r["op_name"]): r for r in generate_references(refs, store, SPEC, 0, "bench", 600)}
     rows = []
     for ref in refs:

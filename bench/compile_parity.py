@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.cli.search import make_generators  # noqa: E402
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.generators import DEFAULT_CHAIN  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
 from farm.runtime.isolation import run_in_child  # noqa: E402
@@ -64,8 +64,8 @@ def time_child(report, task_path: str, source: str, shapes: str, reference: str 
     from farm.runtime.tensors import seed_all, to_device
 
     report("load")
-    ref = corpus.ref_from_file(task_path, source=source)
-    task = corpus.load_task(ref, shapes, reference=reference)
+    ref = taskfiles.ref_from_file(task_path, source=source)
+    task = taskfiles.load_task(ref, shapes, reference=reference)
     init = draw_init_inputs(task, 0)
     dev = "cpu" if device == "cpu" else "cuda"
     inputs = to_device(draw_inputs(task, 0), dev)
@@ -283,7 +283,7 @@ def main() -> None:
 def run(args) -> None:
     overrides = {"corpus.akg_root": args.akg_root} if args.akg_root else {}
     settings, _ = load_settings(overrides=overrides)
-    refs = corpus.find_tasks(settings, args.sources)
+    refs = taskfiles.find_tasks(settings, args.sources)
     if args.ops:
         refs = [r for r in refs if r.key in set(args.ops)]
     refs = refs[:args.max_ops] if args.max_ops else refs

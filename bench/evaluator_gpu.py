@@ -70,14 +70,14 @@ def repeatability(timer) -> dict:
 
 def overhead(out_dir: Path) -> dict:
     from farm.config import load_settings
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.evaluate.evaluator import Evaluator
     from farm.reference.generate import generate_references, load_pt
     from farm.storage import open_store
 
     spec = resolve_device("cuda:0")
     settings, _ = load_settings()
-    [ref] = corpus.find_tasks(settings, ["demo"], ["row_sum"])
+    [ref] = taskfiles.find_tasks(settings, ["demo"], ["row_sum"])
     store = open_store(f"file://{tempfile.mkdtemp()}")
     generate_references([ref], store, spec, 0, "bench", 300)
     pt = Path(tempfile.mkdtemp()) / "ref.pt"

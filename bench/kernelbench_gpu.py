@@ -64,12 +64,12 @@ def _warm_compile(path: str) -> dict:
     on the clock of the one-op-at-a-time phase. Where it fails, phase B compiles cold."""
     import torch
 
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.runtime.tensors import seed_all
 
     t0 = time.time()
     try:
-        task = corpus.load_task(corpus.ref_from_file(path, "kb_level1"), "bench")
+        task = taskfiles.load_task(taskfiles.ref_from_file(path, "kb_level1"), "bench")
         seed_all(0)
         model = task.model_cls(*task.init_inputs()).cuda().eval()
         with torch.no_grad():
@@ -122,7 +122,7 @@ def _bench(path: str, source: str | None, verify: bool = True) -> dict:
     off: bench/kernelbench_table.py verified it at another size) and its timing."""
     import torch
 
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.evaluate import profiles
     from farm.evaluate.timing import DeviceTimer
     from farm.runtime import compare
@@ -132,7 +132,7 @@ def _bench(path: str, source: str | None, verify: bool = True) -> dict:
     kb = profiles.get("kernelbench")
     spec = resolve_device("cuda:0")
     row: dict = {"op": Path(path).stem}
-    task = corpus.load_task(corpus.ref_from_file(path, "kb_level1"), "bench")
+    task = taskfiles.load_task(taskfiles.ref_from_file(path, "kb_level1"), "bench")
     seed_all(0)
     init_inputs = task.init_inputs()
     seed_all(0)

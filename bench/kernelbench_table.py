@@ -52,11 +52,11 @@ def _ops(level: Path, wanted: str | None) -> list[Path]:
 
 
 def _footprint(path: str) -> dict:
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.corpus.shapes import measure
     from farm.evaluate.limits import op_work
 
-    task = corpus.load_task(corpus.ref_from_file(path, "kb"), "bench")
+    task = taskfiles.load_task(taskfiles.ref_from_file(path, "kb"), "bench")
     fp = measure(task.module, task.model_cls)
     flops, dtype = op_work(task)
     return {"bytes": fp.input_bytes + fp.output_bytes, "flops": flops, "dtype": dtype}
@@ -89,11 +89,11 @@ def _fitted_copy(path: str, budget_mb: float) -> str:
     the file (the capture, this bench) runs there."""
     import tempfile
 
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.reference.fitted import fit_ref
 
-    ref = fit_ref(corpus.ref_from_file(path, "kb"), budget_mb)
-    task = corpus.load_task(ref, "small")
+    ref = fit_ref(taskfiles.ref_from_file(path, "kb"), budget_mb)
+    task = taskfiles.load_task(ref, "small")
     folder = Path(tempfile.mkdtemp(prefix="kb-fit-"))
     text = Path(path).read_text() + "\n\n# fitted shapes (bench/kernelbench_table.py)\n" + "".join(
         f"{k} = {v!r}\n" for k, v in task.shape_overrides.items())

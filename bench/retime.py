@@ -203,7 +203,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from farm.config import load_settings
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.storage import open_store
 
     settings, _ = load_settings()
@@ -217,7 +217,7 @@ def main() -> None:
         for meta, row in _rows(metas, Path(tmp), args):
             if len(metas) == 1:
                 try:
-                    [ref] = corpus.find_tasks(settings, [meta["source"]], [meta["op"]])
+                    [ref] = taskfiles.find_tasks(settings, [meta["source"]], [meta["op"]])
                     modes = (("max-autotune-no-cudagraphs",) if args.compile else ()) + (
                         ("max-autotune",) if args.per_call_compile else ())
                     row = retime_op(store, meta, ref.path, Path(tmp), modes)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import inputs as corpus_inputs  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate import sandbox_child  # noqa: E402
 from farm.evaluate.sandbox import Limits, Sandbox  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
@@ -47,7 +47,7 @@ def clock(fn, n: int = 5) -> float:
 def one_op(ref, spec, sets: int, shapes: str) -> dict:
     import torch
 
-    task = corpus.load_task(ref, shapes)
+    task = taskfiles.load_task(ref, shapes)
     init = corpus_inputs.draw_init_inputs(task, 0)
     runner = sandbox_child.Runner(spec)
     runner.snapshot()
@@ -57,7 +57,7 @@ def one_op(ref, spec, sets: int, shapes: str) -> dict:
     path, source = str(ref.path.resolve()), ref.source
     row = {"op": ref.key, "input_mb": sum(v.numel() * v.element_size() for v in runner.inputs["pt"]
                                           if isinstance(v, torch.Tensor)) / 2**20}
-    row["import_task_ms"] = clock(lambda: corpus.load_task(corpus.ref_from_file(path, source), shapes))
+    row["import_task_ms"] = clock(lambda: taskfiles.load_task(taskfiles.ref_from_file(path, source), shapes))
     # a rebuild: the unload before it, the file's import, the construction (every load, before issue 17)
     row["rebuild_ms"] = clock(lambda: runner._build(path, source, shapes, "Model", init, None, None, None))
     row["unload_ms"] = clock(runner.unload)
@@ -104,7 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     spec = resolve_device(args.device)
     settings, _ = load_settings(overrides={"corpus.tasks_dir": ""})
-    refs = [r for r in corpus.find_tasks(settings, sorted({k.split("/")[0] for k in args.ops})) if r.key in args.ops]
+    refs = [r for r in taskfiles.find_tasks(settings, sorted({k.split("/")[0] for k in args.ops})) if r.key in args.ops]
     doc = {"device": spec.label, "sandbox": round_trip(spec), "ops": []}
     for ref in refs:
         try:

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate import boundary  # noqa: E402
 from farm.evaluate.evaluator import EvalSettings, Evaluator  # noqa: E402
 from farm.evaluate.options import EvalOptions  # noqa: E402
@@ -62,7 +62,7 @@ def main(out_dir: Path, max_tasks: int) -> None:
     found = boundary.probe()
     print(f"probe: {found.kind} {found.why}", flush=True)
     settings, _ = load_settings()
-    [ref] = corpus.find_tasks(settings, ["demo"], ["row_sum"])
+    [ref] = taskfiles.find_tasks(settings, ["demo"], ["row_sum"])
     store = open_store(f"file://{tempfile.mkdtemp()}")
     generate_references([ref], store, SPEC, 0, "bench", 300)
     data = load_reference(store, ref.source, ref.op)

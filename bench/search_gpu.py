@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate import timing
 from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
@@ -65,7 +65,7 @@ def _nbytes(values) -> int:
     return total
 
 
-def compiled_reference_child(report, ref: corpus.TaskRef, pt_path: str, flush: str = "write") -> dict:
+def compiled_reference_child(report, ref: taskfiles.TaskRef, pt_path: str, flush: str = "write") -> dict:
     """In a child: torch.compile(Reference, mode="max-autotune") timed like every candidate."""
     import torch
 
@@ -73,7 +73,7 @@ def compiled_reference_child(report, ref: corpus.TaskRef, pt_path: str, flush: s
     from farm.runtime.tensors import to_device
 
     data = load_pt(pt_path)
-    task = corpus.load_task(ref, data.get("shapes", "bench"))
+    task = taskfiles.load_task(ref, data.get("shapes", "bench"))
     module = task.truth_cls(*data["init_inputs"]).cuda().eval()
     compiled = torch.compile(module, mode="max-autotune")
     inputs = to_device(list(data["inputs"]), "cuda")
@@ -96,7 +96,7 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: l
          flush: str = "write") -> None:
     settings, _ = load_settings()
     store = open_store(f"file://{tempfile.mkdtemp(prefix='farm-bench-')}")
-    refs = [r for r in corpus.find_tasks(settings, sources) if not only or r.key in only]
+    refs = [r for r in taskfiles.find_tasks(settings, sources) if not only or r.key in only]
     made = {(r["source"], r["op_name"]): r for r in generate_references(refs, store, SPEC, 0, "bench", 600)}
     copy_bw = copy_bandwidth(flush)
     rows = []
@@ -118,7 +118,7 @@ def perf(out: Path, sources: list[str], max_tasks: int, generators: str, only: l
         store.get_file(f"refs/{ref.source}/{ref.op}.pt", pt)
         comp = run_in_child(compiled_reference_child, (ref, str(pt), flush), timeout_s=600, env=SPEC.child_env())
         traffic = _nbytes(data["inputs"]) + _nbytes(data["outputs"])
-        task = corpus.load_task(ref)
+        task = taskfiles.load_task(ref)
         failures = [f"{c['id']} {c['generator']} {c['verdict']}: {(c['error'] or '')[:300]}"
                     for c in report["candidates"] if c["verdict"] != "pass"]
         row = {"task": ref.key, **outcome.as_dict(), "search": busy(report, wall), "failures": failures[:5],
@@ -146,7 +146,7 @@ def grid(out: Path, ops: list[str]) -> None:
     tables = {}
     for name in ops:
         source, op = name.split("/")
-        [ref] = corpus.find_tasks(settings, [source], [op])
+        [ref] = taskfiles.find_tasks(settings, [source], [op])
         generate_references([ref], store, SPEC, 0, "bench", 600)
         data = load_reference(store, source, op)
         points = tune_grid(model_as_candidate(ref.path.read_text()), "cuda")

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate.evaluator import EvalResult, EvalSettings  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
@@ -118,7 +118,7 @@ def main(paths: list[str]) -> None:
     report = {}
     for name, entry in tables.items():
         source, op = name.split("/")
-        [ref] = corpus.find_tasks(settings, [source], [op])
+        [ref] = taskfiles.find_tasks(settings, [source], [op])
         points = grid(model_as_candidate(ref.path.read_text()), "cuda")
         # the grid was enumerated in this same order on the GPU machine: key rows by this
         # machine's hashes (ast details differ between Python versions)

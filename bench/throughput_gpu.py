@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate import lease as device_lease  # noqa: E402
 from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
@@ -251,7 +251,7 @@ def main() -> None:
     fresh_caches(root, "reference")
     settings, _ = load_settings(overrides={"corpus.tasks_dir": ""})
     store = open_store(f"file://{root / 'store'}")
-    refs = [r for r in corpus.find_tasks(settings, args.sources) if not args.ops or r.key in args.ops]
+    refs = [r for r in taskfiles.find_tasks(settings, args.sources) if not args.ops or r.key in args.ops]
     shapes = "small" if spec.target.interpret else "bench"
     made = generate_references(refs, store, spec, 0, shapes, 600, jobs=1 if spec.target.interpret else 4)
     ok = {(r["source"], r["op_name"]) for r in made if r.get("success")}

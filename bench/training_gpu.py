@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
-from farm.corpus import tasks as corpus  # noqa: E402
+from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate import timing  # noqa: E402
 from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
@@ -123,7 +123,7 @@ def _time_module(module, inputs, indices, flush: str, spec) -> dict:
             "fwd_bwd_rse": fwd_bwd.rse, "first_call_s": first_s}
 
 
-def kernel_vs_compile_child(report, ref: corpus.TaskRef, pt_path: str, candidate: str | None, flush: str,
+def kernel_vs_compile_child(report, ref: taskfiles.TaskRef, pt_path: str, candidate: str | None, flush: str,
                             compile_mode: str,
                             device: str) -> dict:
     """In a child: eager truth, torch.compile(truth) and the candidate, timed alike."""
@@ -136,7 +136,7 @@ def kernel_vs_compile_child(report, ref: corpus.TaskRef, pt_path: str, candidate
     spec = resolve_device(device)
     dev = spec.torch_device
     data = load_pt(pt_path)
-    task = corpus.load_task(ref, data.get("shapes", "bench"))
+    task = taskfiles.load_task(ref, data.get("shapes", "bench"))
     inputs = to_device(list(data["inputs"]), dev)
     indices = list(data.get("grad_input_indices") or grads.grad_indices(task.grad_inputs, inputs))
     out = {}
@@ -194,7 +194,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def _best_source(store, ref: corpus.TaskRef, best_id: str | None) -> tuple[str | None, str]:
+def _best_source(store, ref: taskfiles.TaskRef, best_id: str | None) -> tuple[str | None, str]:
     if best_id:
         return store.get_bytes(f"runs/bench/{ref.source}/{ref.op}/candidates/{best_id}.py").decode(), "search"
     return None, "none"
@@ -383,7 +383,7 @@ def main() -> None:
     settings, _ = load_settings()
     # a store that outlives the call lets the next call on a warm machine go on (--store, --resume)
     store = open_store(f"file://{args.store or tempfile.mkdtemp(prefix='farm-train-bench-')}")
-    refs = corpus.find_tasks(settings, ["training"], args.ops or None)
+    refs = taskfiles.find_tasks(settings, ["training"], args.ops or None)
     made = {(r["source"], r["op_name"]): r
             for r in generate_references(refs, store, spec, 0, args.shapes, 600, jobs=args.jobs)}
     # inductor: its default mode only; max-autotune seeds cost minutes per op
@@ -421,7 +421,7 @@ def main() -> None:
                   f"{json.dumps(row.get('speedup', {}))}", flush=True)
         out_json.write_text(json.dumps(result, indent=2, default=str))
     if args.seqs:
-        [fa] = corpus.find_tasks(settings, ["training"], ["flash_attention_triton"])
+        [fa] = taskfiles.find_tasks(settings, ["training"], ["flash_attention_triton"])
         source = best_attention or model_as_candidate(fa.path.read_text())
         child = run_in_child(attention_child, (source, args.seqs, args.flush, args.device, args.compile_mode),
                              timeout_s=900,

@@ -23,7 +23,7 @@ from farm.cli.common import (
     table,
     use_frontend_setting,
 )
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate import verified
 from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
@@ -104,17 +104,17 @@ def _profiler(method: str, spec, settings_: EvalSettings) -> None:
 
 
 
-def _task_ref(s, task: Path | None, source: str | None, op: str | None) -> corpus.TaskRef:
+def _task_ref(s, task: Path | None, source: str | None, op: str | None) -> taskfiles.TaskRef:
     if task and (source or op):
         raise FarmError("give either --task or --source/--op, not both")
     if task:
-        return corpus.ref_from_file(task, source or "local", settings=s)
+        return taskfiles.ref_from_file(task, source or "local", settings=s)
     if not (source and op):
         raise FarmError("name the task: --task FILE, or --source S --op OP")
-    return corpus.find_tasks(s, [source], [op], op_option="--op")[0]
+    return taskfiles.find_tasks(s, [source], [op], op_option="--op")[0]
 
 
-def _reference_data(s, ref: corpus.TaskRef, ref_pt: Path | None) -> dict:
+def _reference_data(s, ref: taskfiles.TaskRef, ref_pt: Path | None) -> dict:
     st = open_store(s.store, s)  # also where secret seed sets of reference-data-mode ops live
     if ref_pt:
         if not ref_pt.is_file():
@@ -129,7 +129,7 @@ def _reference_data(s, ref: corpus.TaskRef, ref_pt: Path | None) -> dict:
         return ref_cases.attach(st, seedsets.attach(st, load_pt(Path(tmp) / "ref.pt")))
 
 
-def _print(result, candidate: Path, ref: corpus.TaskRef) -> None:
+def _print(result, candidate: Path, ref: taskfiles.TaskRef) -> None:
     colour = "green" if result.passed else "red"
     out.print(f"[bold {colour}]{result.verdict}[/] {candidate} on {result.device.get('name', '?')} ({ref.key})")
     if result.reason:

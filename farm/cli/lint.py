@@ -72,7 +72,7 @@ def lint(
 def compile_files(ctx: typer.Context, texts: dict[Path, str], task: Path | None) -> dict[str, dict]:
     from farm.ascend import frontend
     from farm.corpus import opcheck
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
 
     python = frontend.configured_python(settings(ctx).ascend.frontend_python)
     if python is None:
@@ -85,7 +85,7 @@ def compile_files(ctx: typer.Context, texts: dict[Path, str], task: Path | None)
         source = task or path
         if cls == "ModelNew" and task is None and not _defines(text, "get_inputs"):
             raise FarmError(f"{path}: a candidate (ModelNew) without get_inputs: pass --task FILE for its inputs")
-        loaded = corpus.load_task(corpus.ref_from_file(source), "small")
+        loaded = taskfiles.load_task(taskfiles.ref_from_file(source), "small")
         err.print(f"compiling {path} ({cls}) with triton-ascend ...", highlight=False)
         report = frontend.check_file(python, path.resolve(), cls, opcheck.draw_init_inputs(loaded, 0),
                                      opcheck.draw_inputs(loaded, 0))

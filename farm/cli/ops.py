@@ -20,7 +20,7 @@ from farm.cli.common import (
     table,
 )
 from farm.corpus import listing, modes, opcheck
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import EXIT_FAILED, FarmError, TaskError
 from farm.targets import usable_device
 
@@ -33,7 +33,7 @@ app = typer.Typer(help="List and check the kernel tasks of the corpus.", no_args
 def list_ops(ctx: typer.Context, source: SourceOpt = None, as_json: bool = JsonOption) -> None:
     """List the tasks of each source with their mode, origin and metadata; invalid files are shown with the rule
     they break."""
-    refs = corpus.find_tasks(settings(ctx), source)
+    refs = taskfiles.find_tasks(settings(ctx), source)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task("loading tasks", total=len(refs))
         # every file is loaded in a child (farm.corpus.listing): a crash, hang, exit or print at
@@ -42,10 +42,10 @@ def list_ops(ctx: typer.Context, source: SourceOpt = None, as_json: bool = JsonO
             bar, advance=1, description=f"{row['source']}/{row['op']}: {row.get('mode') or row['status']}"))
     rows = [_list_row(ref, loaded[ref.key]) for ref in refs]
     listed = {row.get("path") for row in rows}
-    for name, folder in corpus.discover_sources(settings(ctx)).items():
+    for name, folder in taskfiles.discover_sources(settings(ctx)).items():
         if source and name not in source:
             continue
-        for path in corpus.misnamed_files(folder):
+        for path in taskfiles.misnamed_files(folder):
             if str(path) in listed:
                 continue
             rows.append({"status": "invalid", "source": name, "op": path.stem, "path": str(path),
@@ -63,7 +63,7 @@ def list_ops(ctx: typer.Context, source: SourceOpt = None, as_json: bool = JsonO
         raise typer.Exit(EXIT_FAILED)
 
 
-def _list_row(ref: corpus.TaskRef, row: dict) -> dict:
+def _list_row(ref: taskfiles.TaskRef, row: dict) -> dict:
     """A loaded file's row with its truth decided here (a trial of its comparison class runs in a
     child of its own: farm.corpus.modes)."""
     static = row.pop("_static", None)
@@ -110,9 +110,9 @@ def check(
     spec = usable_device(device, default_target="cuda")
     if shapes == "auto":
         shapes = "small" if spec.target.interpret else "bench"
-    if shapes not in corpus.SHAPE_SETS:
+    if shapes not in taskfiles.SHAPE_SETS:
         raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
-    refs = corpus.find_tasks(s, source, ops)
+    refs = taskfiles.find_tasks(s, source, ops)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"checking on {spec.label}", total=len(refs))
         results = opcheck.check_ops(refs, spec, shapes, s.reference.seed, s.check.timeout_s,

@@ -21,7 +21,7 @@ from farm.cli.common import (
     settings,
     table,
 )
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import EXIT_FAILED, FarmError
 from farm.reference.generate import generate_references, reference_cases, reference_jobs
 from farm.reference.manifest import MANIFEST_KEY
@@ -59,9 +59,9 @@ def reference(
     spec = usable_device(device, default_target="cuda")
     if shapes == "auto":
         shapes = "small" if spec.target.interpret else "bench"
-    if shapes not in corpus.SHAPE_SETS:
+    if shapes not in taskfiles.SHAPE_SETS:
         raise FarmError(f"unknown shape set '{shapes}' (--shapes): use bench, small or auto")
-    refs = corpus.find_tasks(s, source, ops)
+    refs = taskfiles.find_tasks(s, source, ops)
     with progress_bar(not as_json) as progress:
         bar = progress.add_task(f"reference on {spec.label}", total=len(refs))
         results = generate_references(

@@ -32,7 +32,7 @@ from farm.cli.common import (
     use_frontend_setting,
 )
 from farm.config import SEED_MAX, Settings
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.tasks import validate_name
 from farm.errors import EXIT_FAILED, FarmError
 from farm.evaluate import profiles
@@ -170,7 +170,7 @@ def search(
         if not ref_pt.is_file():
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
         data = refolder.load(ref_pt, st)
-        ref = corpus.ref_from_file(task_file, _pt_source(source, data, ref_pt), settings=s)
+        ref = taskfiles.ref_from_file(task_file, _pt_source(source, data, ref_pt), settings=s)
         same_op(ref, data, ref_pt, f"{task_file} (--task-file)")
         run = validate_name(run or folder_run_name(ref_pt.resolve().parent.parent, specs[0]), "run", "--run")
         rows = [_one(ref, data, context(run), force, as_json)]
@@ -183,7 +183,7 @@ def search(
         if not source or len(source) != 1:
             raise FarmError("--op needs exactly one --source")
         run = validate_name(run or _default_run_name(), "run", "--run")
-        [ref] = corpus.find_tasks(s, source, [op], op_option="--op")
+        [ref] = taskfiles.find_tasks(s, source, [op], op_option="--op")
         rows = [_one(ref, load_reference(st, ref.source, ref.op), context(run), force, as_json)]
     else:
         run = validate_name(run or _default_run_name(), "run", "--run")
@@ -236,8 +236,8 @@ def _folder_batch(ctx: SearchContext, folder: Path, sources, retry_errors, force
 def _folder_tasks(s, found: list) -> tuple[list, dict[str, Path], list[dict]]:
     """The task of each folder op (by source and op name), and a failed row for each op that
     has none or that the folder lacks."""
-    known = corpus.discover_sources(s)
-    tasks = {r.key: r for src in sorted({f.source for f in found} & set(known)) for r in corpus.find_tasks(s, [src])}
+    known = taskfiles.discover_sources(s)
+    tasks = {r.key: r for src in sorted({f.source for f in found} & set(known)) for r in taskfiles.find_tasks(s, [src])}
     refs, paths, problems = [], {}, []
     for item in found:
         problem = item.problem
@@ -272,7 +272,7 @@ def _bar_updater(progress, bar, name):
 
 
 def _batch(ctx: SearchContext, sources, retry_errors, force, as_json, ops_per_device=1) -> list[dict]:
-    known = {(r.source, r.op): r for r in corpus.find_tasks(ctx.settings, sources)}
+    known = {(r.source, r.op): r for r in taskfiles.find_tasks(ctx.settings, sources)}
     pairs = [p for p in cached_ops(ctx.store, sources) if p in known]
     if not pairs:
         raise FarmError(f"no cached reference data for {', '.join(sources or ['any source'])} in {ctx.store.url}: "
@@ -355,7 +355,7 @@ INTERPRETED_NOTE = ("CPU target: the times are the Triton interpreter's, on the 
 
 def leaderboard(rows: list[dict], title: str, interpreted: bool = False):
     """The run's table; on an interpreted target (cpu), its times labelled as what they are."""
-    ordered = sorted(corpus.natural_sorted(rows, key=lambda r: f"{r.get('source', '')}/{r.get('op', '')}"),
+    ordered = sorted(taskfiles.natural_sorted(rows, key=lambda r: f"{r.get('source', '')}/{r.get('op', '')}"),
                      key=lambda r: (r["status"] != "succeeded", -(r.get("speedup_vs_model") or 0)))
     board = table(title, ["source", "op", "result", "pass", "best ms", "mode", "vs Model", "vs Reference",
                           "of limit", "promoted", "tried", "stop / error"],
@@ -452,7 +452,7 @@ def run_local(
     config = SearchConfig(max_tasks=max_tasks, max_concurrent=1, chunk_size=4, generators=tuple(g.name for g in gens))
     evaluation = EvalOptions(profile=profiles.get(profile).name)
     sources = run_sources(source, ops)
-    refs = corpus.find_tasks(s, sources, ops)
+    refs = taskfiles.find_tasks(s, sources, ops)
     name = run or f"local-{'-'.join(sources)}-{spec.target.name}"
     validate_name(name, "run", "--run")
     with progress_bar(not as_json) as progress:

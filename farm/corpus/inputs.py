@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import TaskError
 from farm.runtime import pointers
 from farm.runtime.tensors import GENERATOR, same_values, seed_all
@@ -16,11 +16,11 @@ from farm.runtime.tensors import GENERATOR, same_values, seed_all
 _DRAWING = GENERATOR  # seeding and drawing take turns with every other use (farm.runtime.tensors)
 
 
-def draw_init_inputs(task: corpus.Task, seed: int) -> list:
+def draw_init_inputs(task: taskfiles.Task, seed: int) -> list:
     with _DRAWING:
         seed_all(seed)
         init_inputs = task.init_inputs()
-    corpus.check_init_arity(task, init_inputs)
+    taskfiles.check_init_arity(task, init_inputs)
     return init_inputs
 
 
@@ -47,7 +47,7 @@ def filled_uninitialised_memory():
         torch.utils.deterministic.fill_uninitialized_memory = before[2]
 
 
-def draw_seeded(task: corpus.Task, seed: int) -> list:
+def draw_seeded(task: taskfiles.Task, seed: int) -> list:
     with _DRAWING:
         seed_all(seed)
         with filled_uninitialised_memory(), pointers.watching_addresses() as seen:
@@ -56,7 +56,7 @@ def draw_seeded(task: corpus.Task, seed: int) -> list:
     return pointers.encode(inputs, seen)
 
 
-def draw_inputs(task: corpus.Task, seed: int) -> list:
+def draw_inputs(task: taskfiles.Task, seed: int) -> list:
     """Seeded forward inputs, checked: CPU tensors, and the same values for the same seed."""
     import torch
 

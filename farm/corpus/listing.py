@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import TaskError
 
 PER_FILE_TIMEOUT_S = 30.0
@@ -32,19 +32,19 @@ class _Hang(BaseException):  # not an Exception: no `except Exception` of the ta
     pass
 
 
-def invalid(ref: corpus.TaskRef, error: str) -> dict[str, Any]:
+def invalid(ref: taskfiles.TaskRef, error: str) -> dict[str, Any]:
     return {"status": "invalid", "source": ref.source, "op": ref.op, "path": str(ref.path), "origin": ref.origin,
             "error": error}
 
 
-def _row(ref: corpus.TaskRef) -> dict[str, Any]:
+def _row(ref: taskfiles.TaskRef) -> dict[str, Any]:
     try:
-        task = corpus.load_task(ref)
+        task = taskfiles.load_task(ref)
     except TaskError as exc:
         return invalid(ref, str(exc))
     except Exception as exc:  # noqa: BLE001 - a file no rule foresaw is still that file's error
         return invalid(ref, f"{ref.path}: cannot be loaded: {type(exc).__name__}: {exc}")
-    row = {"status": "ok", **corpus.describe(task)}
+    row = {"status": "ok", **taskfiles.describe(task)}
     row["_static"] = {"mode": task.mode, "comparison": task.comparison, "reason": task.mode_reason,
                       "reference": task.reference_cls.__name__ if task.reference_cls is not None else None}
     return row
@@ -54,7 +54,7 @@ def _alarm(signum, frame):
     raise _Hang()
 
 
-def load_rows_child(report: Callable[[str], None], refs: list[corpus.TaskRef], out_path: str,
+def load_rows_child(report: Callable[[str], None], refs: list[taskfiles.TaskRef], out_path: str,
                     per_file_s: float) -> int:
     """In the child: one JSON line per file in `out_path`, as each is loaded."""
     # a task's output (Python's or a C library's) never reaches the farm's stdout: what it writes
@@ -91,7 +91,7 @@ def _read_from(path: str, offset: int) -> str:
         return f.read(4000).decode(errors="replace").strip()
 
 
-def _death(ref: corpus.TaskRef, outcome) -> str:
+def _death(ref: taskfiles.TaskRef, outcome) -> str:
     if outcome.status == "timeout":
         return f"{ref.path}: hangs at import: no answer in {PER_FILE_TIMEOUT_S:.0f} s"
     if outcome.status == "crash":
@@ -101,7 +101,7 @@ def _death(ref: corpus.TaskRef, outcome) -> str:
     return f"{ref.path}: cannot be loaded: {lines[-1] if lines else outcome.status}"
 
 
-def load_rows(refs: list[corpus.TaskRef], per_file_s: float = PER_FILE_TIMEOUT_S,
+def load_rows(refs: list[taskfiles.TaskRef], per_file_s: float = PER_FILE_TIMEOUT_S,
               on_row: Callable[[dict], None] = lambda row: None) -> dict[str, dict[str, Any]]:
     """Each ref's row (source/op -> row), loaded in children; rows of loaded files carry
     `_static` (what farm.corpus.modes.decide needs, decided in the parent). `on_row` is called
@@ -121,7 +121,7 @@ def load_rows(refs: list[corpus.TaskRef], per_file_s: float = PER_FILE_TIMEOUT_S
     return {key: row for part in found for key, row in part.items()}
 
 
-def _load_shard(refs: list[corpus.TaskRef], per_file_s: float,
+def _load_shard(refs: list[taskfiles.TaskRef], per_file_s: float,
                 on_row: Callable[[dict], None]) -> dict[str, dict[str, Any]]:
     from farm.runtime.isolation import run_in_child
     from farm.targets import resolve_device

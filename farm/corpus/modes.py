@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from farm import paths, pyast
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.tasks import TaskRef
 from farm.errors import TaskError
 
@@ -34,7 +34,7 @@ TRIAL_VERSION = 1  # bump when the trial itself changes: older verdicts are trie
 
 @dataclass(frozen=True)
 class Mode:
-    mode: str  # corpus.MODES
+    mode: str  # taskfiles.MODES
     reference: str | None  # the class used as Reference, if any
     reason: str
 
@@ -79,13 +79,13 @@ def trial_child(report: Callable[[str], None], ref: TaskRef, name: str) -> dict:
 
     report("import")
     try:
-        task = corpus.load_task(ref, "small", reference=name)
+        task = taskfiles.load_task(ref, "small", reference=name)
     except TaskError as exc:
-        if exc.rule != corpus.NO_SMALL_SHAPES:
+        if exc.rule != taskfiles.NO_SMALL_SHAPES:
             raise
         # sizes chosen inside get_inputs (AKG's attention_kernels/): the file's own shapes, which
         # the memory guard still checks before anything is allocated
-        task = corpus.load_task(ref, "bench", reference=name)
+        task = taskfiles.load_task(ref, "bench", reference=name)
     report("inputs")
     init_inputs = draw_init_inputs(task, 0)
     inputs = draw_inputs(task, 0)
@@ -100,7 +100,7 @@ def trial_child(report: Callable[[str], None], ref: TaskRef, name: str) -> dict:
     return {"ok": True}
 
 
-def resolve(task: corpus.Task, timeout_s: float = TRIAL_TIMEOUT_S, use_cache: bool = True) -> Mode:
+def resolve(task: taskfiles.Task, timeout_s: float = TRIAL_TIMEOUT_S, use_cache: bool = True) -> Mode:
     """The mode of a statically loaded task (loaded without `reference=`)."""
     reference = task.reference_cls.__name__ if task.reference_cls is not None else None
     return decide(task.ref, task.mode, task.comparison, reference, task.mode_reason, timeout_s, use_cache)
@@ -108,7 +108,7 @@ def resolve(task: corpus.Task, timeout_s: float = TRIAL_TIMEOUT_S, use_cache: bo
 
 def decide(ref: TaskRef, mode: str, comparison: str | None, reference: str | None, reason: str,
            timeout_s: float = TRIAL_TIMEOUT_S, use_cache: bool = True) -> Mode:
-    """From what the static load found (corpus.load_task) to the task's mode."""
+    """From what the static load found (taskfiles.load_task) to the task's mode."""
     if reference is not None:
         return Mode("reference", reference, reason)
     name = comparison
@@ -134,7 +134,7 @@ def decide(ref: TaskRef, mode: str, comparison: str | None, reference: str | Non
 def static_child(report: Callable[[str], None], ref: TaskRef, shapes: str) -> dict:
     """In a child: what loading the file says, for a caller that must not execute task code."""
     report("import")
-    task = corpus.load_task(ref, shapes)
+    task = taskfiles.load_task(ref, shapes)
     return {"mode": task.mode, "comparison": task.comparison, "reason": task.mode_reason,
             "reference": task.reference_cls.__name__ if task.reference_cls is not None else None}
 
@@ -171,22 +171,22 @@ def resolve_ref(ref: TaskRef, shapes: str = "bench", timeout_s: float = TRIAL_TI
 
 
 def load_resolved(ref: TaskRef, shapes: str = "bench", reference: str | None = None,
-                  mode: str | None = None) -> corpus.Task:
+                  mode: str | None = None) -> taskfiles.Task:
     """A task with its truth decided: from the reference data's record when it has one
     (`reference`/`mode` as stored in the .pt), else by `resolve`."""
     if mode is not None:
-        return corpus.load_task(ref, shapes, reference=reference)
-    task = corpus.load_task(ref, shapes)
+        return taskfiles.load_task(ref, shapes, reference=reference)
+    task = taskfiles.load_task(ref, shapes)
     decided = resolve(task)
     if decided.reference and task.reference_cls is None:
         try:
-            return corpus.load_task(ref, shapes, reference=decided.reference)
+            return taskfiles.load_task(ref, shapes, reference=decided.reference)
         except TaskError:
             return task
     return task
 
 
-def as_recorded(task: corpus.Task, ref_data: dict) -> corpus.Task:
+def as_recorded(task: taskfiles.Task, ref_data: dict) -> taskfiles.Task:
     """The task with the inputs its Model was seen to change in place when the reference data
     was made (the .pt's `mutated_inputs`) added to its in-place arguments: AKG's files write into
     buffers they are passed without declaring INPLACE_ARGS, and a candidate must be allowed to

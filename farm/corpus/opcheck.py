@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from farm import targets
 from farm.corpus import modes
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_init_inputs, draw_inputs
 from farm.corpus.tasks import TaskRef
 from farm.runtime import compare, grads
@@ -24,7 +24,7 @@ from farm.targets import DeviceSpec
 WARM_REPS = 5  # warm runs timed on an accelerator (the first run compiles)
 
 
-def build_inputs(task: corpus.Task, seed: int, report: Callable[[str], None]) -> tuple[list, list]:
+def build_inputs(task: taskfiles.Task, seed: int, report: Callable[[str], None]) -> tuple[list, list]:
     report("size_check")  # the memory guard runs Model's forward on the meta device
     task.guard()
     report("get_init_inputs")
@@ -41,7 +41,7 @@ def _timed_forward(model, inputs: list, spec: DeviceSpec) -> tuple[Any, float]:
     return out, (time.perf_counter() - start) * 1e3
 
 
-def _drift(task: corpus.Task, out, again, dtypes_in: list) -> str:
+def _drift(task: taskfiles.Task, out, again, dtypes_in: list) -> str:
     """"" when two runs of Model agree within the task's tolerance, else what differs."""
     checks = compare.compare_outputs(compare.as_output_list(to_cpu(again)), compare.as_output_list(to_cpu(out)),
                                      compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))
@@ -51,7 +51,7 @@ def _drift(task: corpus.Task, out, again, dtypes_in: list) -> str:
     return "Model is not deterministic: two runs on the same inputs differ (" + "; ".join(summary["failures"]) + ")"
 
 
-def backward_failures(task: corpus.Task, model, truth, inputs: list, seed: int, device: str) -> str:
+def backward_failures(task: taskfiles.Task, model, truth, inputs: list, seed: int, device: str) -> str:
     """A training op (BACKWARD) with a Reference: Model's gradients against Reference's for one
     upstream gradient, at the gradient tolerance (farm.runtime.grads); "" when they agree."""
     indices = grads.grad_indices(task.grad_inputs, inputs)
@@ -71,7 +71,7 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
 
     targets.import_device_runtime(spec)
     report("import")
-    task = corpus.load_task(ref, shapes, reference=reference)
+    task = taskfiles.load_task(ref, shapes, reference=reference)
     init_inputs, inputs = build_inputs(task, seed, report)
     report("init")
     dev = spec.torch_device
@@ -90,8 +90,8 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
         report("reference")
         expected, ref_ms = _timed_forward(truth, dev_inputs, spec)
         ref_warm = [_timed_forward(truth, dev_inputs, spec)[1] for _ in range(len(warm))]
-    corpus.check_outputs(task, task.model_cls, out)
-    corpus.check_outputs(task, task.truth_cls, expected)
+    taskfiles.check_outputs(task, task.model_cls, out)
+    taskfiles.check_outputs(task, task.truth_cls, expected)
     shapes_in, dtypes_in = describe_values(inputs)
     checks = compare.compare_outputs(compare.as_output_list(to_cpu(out)), compare.as_output_list(to_cpu(expected)),
                                      compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from farm.config import Settings
 from farm.corpus import metadata
 from farm.corpus.akg import AKG_CORPUS, akg_folders  # noqa: F401 - AKG_CORPUS: named here by tests and docs
-from farm.corpus.outputs import check_outputs  # noqa: F401 - corpus.check_outputs, as callers know it
+from farm.corpus.outputs import check_outputs  # noqa: F401 - taskfiles.check_outputs, as callers know it
 from farm.corpus.shapes import NoShapes, ShapePolicy, derive, measure, memory_limit_bytes
 from farm.corpus.toplevel import run_top_level
 from farm.errors import FarmError, InvalidName, TaskError

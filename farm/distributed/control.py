@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable
 
 from farm.config import Settings
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.distributed.queues import POOLS, QueueError, queue_name
 from farm.distributed.runs import (
     TERMINAL,
@@ -68,7 +68,7 @@ def make_spec(settings: Settings, source: str, ops: list[str] | None, target: st
     queue_name("reference", reference_target)
     if max_tasks < 1:
         raise FarmError("--max-tasks must be at least 1")
-    refs = corpus.find_tasks(settings, [source], ops)
+    refs = taskfiles.find_tasks(settings, [source], ops)
     for name in generators:
         load_generator(name)  # an unknown name fails here, not on every worker
     return RunSpec(run=run or default_run_name(source, target), source=source, ops=[r.op for r in refs],

@@ -36,7 +36,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from farm.config import Settings, load_settings
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.distributed.coord import BACKOFF_MAX_S, BACKOFF_S, Coordinator, OpLock, Transient, redis_url
 from farm.distributed.publish import enqueue_reference, enqueue_search, reference_task_id, search_task_id  # noqa: F401
 from farm.distributed.queues import DEVICE_ENV, queue_name
@@ -229,7 +229,7 @@ def reference_op(delivery: Delivery, run: str, source: str, op: str, force: bool
 
     def body(e: _Env, spec: RunSpec, lock: OpLock) -> dict[str, Any]:
         device = worker_device(spec.reference_target)
-        [ref] = corpus.find_tasks(e.settings, [source], [op])
+        [ref] = taskfiles.find_tasks(e.settings, [source], [op])
         update_op(e.store, run, source, op, phase="reference", reference="running", worker=delivery.hostname,
                   running=delivery.task_id)
         [entry] = generate_references([ref], e.store, device, spec.reference_seed, spec.shapes,
@@ -290,7 +290,7 @@ def search_chunk(delivery: Delivery, run: str, source: str, op: str, chunk: int)
 
     def body(e: _Env, spec: RunSpec, lock: OpLock) -> dict[str, Any]:
         device = worker_device(spec.target)
-        [ref] = corpus.find_tasks(e.settings, [source], [op])
+        [ref] = taskfiles.find_tasks(e.settings, [source], [op])
         data = load_reference(e.store, source, op)
         events = CandidateLog(run, source, op, spec.target)
         ctx = SearchContext(e.store, run, spec.target, [device], [load_generator(g) for g in spec.generators],

@@ -54,11 +54,11 @@ class TrustedMixin:
 
     def _build(self, path: str, source: str, shapes: str, which: str, init_inputs: list, policy, slot: str | None,
                reference: str | None) -> dict:
-        from farm.corpus import tasks as corpus
+        from farm.corpus import tasks as taskfiles
 
         if slot is None:
             self.unload()
-        task = corpus.load_task(corpus.ref_from_file(path, source, policy=policy), shapes, reference=reference)
+        task = taskfiles.load_task(taskfiles.ref_from_file(path, source, policy=policy), shapes, reference=reference)
         cls = task.model_cls if which == "Model" else task.truth_cls
         current = self.model
         reply = self._instantiate(cls, init_inputs)

@@ -43,7 +43,7 @@ import time
 
 from farm.config import Settings, environment_settings
 from farm.corpus import modes
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError
 from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
@@ -81,7 +81,7 @@ class Evaluator(TrustedSide, Comparison):
     `config`: the command's settings (the sandbox policy, the cases, the secrets to mask);
     None: the environment's and the config file's (farm.config.environment_settings)."""
 
-    def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, spec: DeviceSpec,
+    def __init__(self, task_ref: taskfiles.TaskRef, ref_data: dict, spec: DeviceSpec,
                  settings: EvalSettings | None = None, config: Settings | None = None):
         self.settings = settings or EvalSettings.for_device(spec)
         self.config = config if config is not None else environment_settings()
@@ -425,7 +425,7 @@ class Evaluator(TrustedSide, Comparison):
         self.close()
 
 
-def evaluate(candidate: str, ref_data: dict, task: corpus.TaskRef, spec: DeviceSpec,
+def evaluate(candidate: str, ref_data: dict, task: taskfiles.TaskRef, spec: DeviceSpec,
              settings: EvalSettings | None = None) -> EvalResult:
     """One candidate, start to finish (search keeps an Evaluator open instead)."""
     with Evaluator(task, ref_data, spec, settings) as ev:

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.cases import applied, draw_cases
 from farm.corpus.inputs import draw_init_inputs, draw_inputs
 from farm.errors import FarmError
@@ -39,7 +39,7 @@ def exact(data: dict, why: str) -> dict:
             "cases": []}
 
 
-def check(ref: corpus.TaskRef, data: dict, kernel_file: Path, target: dict, count: int = DEFAULT_CASES,
+def check(ref: taskfiles.TaskRef, data: dict, kernel_file: Path, target: dict, count: int = DEFAULT_CASES,
           seed: int = 0, timeout_s: float = 900) -> dict:
     """The envelope of one target's kernel; `data` is the op's .pt (shape set, seed, inputs)."""
     if count <= 0:
@@ -47,7 +47,7 @@ def check(ref: corpus.TaskRef, data: dict, kernel_file: Path, target: dict, coun
     why = _cannot_run(target)
     if why:
         return exact(data, why)
-    task = corpus.load_task(ref, data.get("shapes") or "bench", reference=data.get("reference_class"))
+    task = taskfiles.load_task(ref, data.get("shapes") or "bench", reference=data.get("reference_class"))
     truth = task.reference_cls or (task.model_cls if task.mode == "model" else None)
     if truth is None:
         return exact(data, "no PyTorch truth to check other cases against (reference-data mode)")

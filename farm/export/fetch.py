@@ -21,7 +21,7 @@ from typing import Any
 
 from farm import pyast
 from farm.config import Settings
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.distributed.runs import is_local, load_run
 from farm.errors import FarmError
 from farm.evaluate import verified
@@ -46,7 +46,7 @@ def select(store: Store, run: str | None = None, target: str | None = None, sour
     else:
         keys = sorted(info.key for info in store.list("kernels/") if _matches(info.key, target, source, op))
     metas = [best_record(store, k) for k in keys]
-    return corpus.natural_sorted((m for m in metas if m), key=lambda m: f"{m['target']}/{m['source']}/{m['op']}")
+    return taskfiles.natural_sorted((m for m in metas if m), key=lambda m: f"{m['target']}/{m['source']}/{m['op']}")
 
 
 def _matches(key: str, target: str | None, source: str | None, op: str | None) -> bool:
@@ -109,7 +109,7 @@ def _describe(settings: Settings | None, source: str, op: str) -> str:
     if settings is None:
         return ""
     try:
-        [ref] = corpus.find_tasks(settings, [source], [op])
+        [ref] = taskfiles.find_tasks(settings, [source], [op])
         doc = ast.get_docstring(pyast.parse(ref.path.read_text())) or ""
     except (FarmError, OSError, SyntaxError):
         return ""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.config import Settings
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError
 from farm.export import aot, envelope, naming
 from farm.export.envelope import DEFAULT_CASES
@@ -245,19 +245,19 @@ def _device_of(target: str) -> dict:
     return {"device_type": t.torch_device, "interpret": bool(t.interpret)}
 
 
-def _task_ref(settings: Settings, source: str, op: str) -> corpus.TaskRef:
+def _task_ref(settings: Settings, source: str, op: str) -> taskfiles.TaskRef:
     try:
-        [ref] = corpus.find_tasks(settings, [source], [op])
+        [ref] = taskfiles.find_tasks(settings, [source], [op])
     except FarmError as exc:
         raise FarmError(f"{source}/{op}: the task file is needed to export the op ({exc})") from None
     return ref
 
 
-def task_info(ref: corpus.TaskRef, data: dict) -> dict:
+def task_info(ref: taskfiles.TaskRef, data: dict) -> dict:
     """What op.json needs from the task at the reference data's shape set: which class is the
     fallback, tolerances, backward, the shape set's constants, the space, how the outputs are
     structured, and which catalogue layers the op behaves as (package_layers.recognise)."""
-    task = corpus.load_task(ref, data.get("shapes") or "bench", reference=data.get("reference_class"))
+    task = taskfiles.load_task(ref, data.get("shapes") or "bench", reference=data.get("reference_class"))
     truth_cls = task.reference_cls or (task.model_cls if task.mode == "model" else None)
     widened = through_inputs({**DEFAULT_TOLERANCE, **task.tolerance}, data.get("input_dtypes"), task.tolerance)
     tolerance = {k: list(v) for k, v in widened.items()}

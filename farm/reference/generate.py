@@ -19,7 +19,7 @@ from typing import Any, Callable, TypeGuard
 
 from farm import __version__, targets
 from farm.corpus import modes
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_init_inputs
 from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError, StorageError
@@ -67,7 +67,7 @@ def _run(model, inputs: list, sums: list[str], spec: DeviceSpec, check=lambda ra
     return as_output_list(check(raw)), elapsed, mutated
 
 
-def record_set(task: corpus.Task, model, spec: DeviceSpec, seed: int, check=lambda raw: raw,
+def record_set(task: taskfiles.Task, model, spec: DeviceSpec, seed: int, check=lambda raw: raw,
                ship_max_mb: float = -1, report: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
     """One input set at the task's current shapes: drawn (on the device where the task allows
     it), run, and kept in the form farm.reference.drawn decides: in full, or compact (inputs as
@@ -99,13 +99,13 @@ def _on_host(values: list) -> list:
     return [pointers.moved(v, "cpu") if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def generate_reference(task: corpus.Task, spec: DeviceSpec, seed: int,
+def generate_reference(task: taskfiles.Task, spec: DeviceSpec, seed: int,
                        report: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
     """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), forward."""
     return generate_reference_and_sets(task, spec, seed, report)[0]
 
 
-def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
+def generate_reference_and_sets(task: taskfiles.Task, spec: DeviceSpec, seed: int,
                                 report: Callable[[str], None] = lambda stage: None,
                                 seed_sets: int = 0, cases: int = 0,
                                 ship_max_mb: float = -1) -> tuple[dict[str, Any], dict | None, dict | None]:
@@ -124,7 +124,7 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
     init_inputs = draw_init_inputs(task, seed)
     seed_all(seed)
     model = task.model_cls(*init_inputs).to(dev).eval()
-    checked = lambda raw: corpus.check_outputs(task, task.model_cls, raw)  # noqa: E731
+    checked = lambda raw: taskfiles.check_outputs(task, task.model_cls, raw)  # noqa: E731
     main = record_set(task, model, spec, seed, checked, ship_max_mb, report)
     extras = backward_record(task, model, main["inputs"], seed, dev, report) if task.backward else {}
     case_doc = ref_cases.record(task, lambda s: record_set(task, model, spec, s, checked, ship_max_mb), dev, cases,
@@ -172,7 +172,7 @@ def generate_reference_and_sets(task: corpus.Task, spec: DeviceSpec, seed: int,
     return data, secret, case_doc
 
 
-def _bench_case(task: corpus.Task, seed: int) -> dict | None:
+def _bench_case(task: taskfiles.Task, seed: int) -> dict | None:
     """A secret set's case (the benchmark shapes, its own seed), so a verifier iterates every set alike."""
     from farm.corpus.cases import bench_case
 
@@ -182,7 +182,7 @@ def _bench_case(task: corpus.Task, seed: int) -> dict | None:
         return None
 
 
-def backward_record(task: corpus.Task, model, inputs: list, seed: int, device: str,
+def backward_record(task: taskfiles.Task, model, inputs: list, seed: int, device: str,
                     report: Callable[[str], None]) -> dict[str, Any]:
     """The extra .pt keys of a training op: the upstream gradient and the gradients it gives."""
     report("backward")
@@ -212,7 +212,7 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
 
     targets.import_device_runtime(spec)
     report("import")
-    task = corpus.load_task(ref, shapes, reference=reference)
+    task = taskfiles.load_task(ref, shapes, reference=reference)
     # the largest case fits this job's share of the device, not half the host's memory (250 GB
     # on a 4-GPU host): four jobs on one H100 sat waiting for device memory the others held
     task.device_budget_bytes = drawn.job_share(spec, jobs)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.tasks import natural_sorted
 from farm.errors import FarmError, IntegrityError
 from farm.reference import cases as ref_cases
@@ -69,15 +69,15 @@ def _one_writer(fn: Callable) -> Callable:
 
 @_one_writer
 def search_batch(
-    refs: list[corpus.TaskRef],
+    refs: list[taskfiles.TaskRef],
     ctx: SearchContext,
     retry_errors: bool = False,
     force: bool = False,
     on_op: Callable[[str, dict], None] | None = None,
     ops_per_device: int = 1,
     budgets: dict[str, int] | None = None,
-    load: Callable[[corpus.TaskRef], dict[str, Any]] | None = None,
-    current_sha: Callable[[corpus.TaskRef], str | None] | None = None,
+    load: Callable[[taskfiles.TaskRef], dict[str, Any]] | None = None,
+    current_sha: Callable[[taskfiles.TaskRef], str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every op of `refs` under `ctx` (farm.search.context): skipped per the ledger, or searched
     and recorded. Returns one row per op, in the order of `refs`. `on_op(phase, row)` hears of
@@ -113,7 +113,7 @@ def search_batch(
     lock = threading.Lock()  # the ledger's and the callbacks' order
     cancel = ctx.cancel or threading.Event()  # set by an interrupt: the running ops stop at their next candidate
 
-    def one(ref: corpus.TaskRef) -> None:
+    def one(ref: taskfiles.TaskRef) -> None:
         with lock:
             on_op("start", {"source": ref.source, "op": ref.op})
         began = {"started_at": manifest.now(), "clock": time.monotonic()}
@@ -143,8 +143,8 @@ def search_batch(
     return [rows[ref.key] for ref in refs]
 
 
-def _stale(refs: list[corpus.TaskRef], done: dict[str, dict], store: Store, run: str,
-           current_sha: Callable[[corpus.TaskRef], str | None] | None) -> dict[str, str]:
+def _stale(refs: list[taskfiles.TaskRef], done: dict[str, dict], store: Store, run: str,
+           current_sha: Callable[[taskfiles.TaskRef], str | None] | None) -> dict[str, str]:
     """name -> why, for each op this run finished on another task file or reference data than
     it has now (farm.search.provenance): not skipped as done; the run says its result is retired."""
     listed = provenance.reference_shas(store) if current_sha is None else None
@@ -167,7 +167,7 @@ def _timed(row: dict[str, Any], began: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskRef], parallel: int,
+def _run_parallel(one: Callable[[taskfiles.TaskRef], None], todo: list[taskfiles.TaskRef], parallel: int,
                   cancel: threading.Event) -> None:
     """The ops `parallel` at a time. Ctrl-C or SIGTERM reach the main thread only: on either (or
     an op's unexpected error) the ops not started are dropped and the running ones are told to
@@ -183,7 +183,7 @@ def _run_parallel(one: Callable[[corpus.TaskRef], None], todo: list[corpus.TaskR
     pool.shutdown()
 
 
-def _search_one(ref: corpus.TaskRef, load: Callable[[corpus.TaskRef], dict[str, Any]], ctx: SearchContext,
+def _search_one(ref: taskfiles.TaskRef, load: Callable[[taskfiles.TaskRef], dict[str, Any]], ctx: SearchContext,
                 force: bool) -> dict[str, Any]:
     try:
         data = load(ref)

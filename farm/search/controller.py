@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
 from typing import TYPE_CHECKING
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError
 from farm.evaluate import limits, timing
 from farm.evaluate import speedup as speedups
@@ -53,7 +53,7 @@ class OpSearch(Seeding):
     """One op's search under `ctx` (farm.search.context): where it writes, on which devices,
     with which generators, budget and evaluator options, and who hears of its progress."""
 
-    def __init__(self, task_ref: corpus.TaskRef, ref_data: dict, ctx: SearchContext):
+    def __init__(self, task_ref: taskfiles.TaskRef, ref_data: dict, ctx: SearchContext):
         devices = ctx.devices
         self.provenance = provenance.of_search(task_ref, ref_data)  # what its results are bound to
         self.retired = ""  # what changed since this run's checkpoint of the op, which was then not taken up
@@ -437,7 +437,7 @@ class OpSearch(Seeding):
                          **results.verified_fields(self.verified_by))
 
 
-def search_op(task_ref: corpus.TaskRef, ref_data: dict, ctx: SearchContext, force: bool = False) -> OpOutcome:
+def search_op(task_ref: taskfiles.TaskRef, ref_data: dict, ctx: SearchContext, force: bool = False) -> OpOutcome:
     """Search one op; errors of the task or its reference data become a `failed` outcome.
     `force`: from scratch, ignoring the op's checkpoint and its stored fixed costs."""
     try:

@@ -150,12 +150,12 @@ def current(ref: TaskRef | None, ref_sha256: str | None) -> dict[str, Any]:
 def tasks_by_key(settings, keys: list[tuple[str, str]]) -> dict[str, TaskRef]:
     """The task files of these source/op pairs that this machine's corpus has (others are left
     out: their task file is not judged)."""
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
 
     found: dict[str, TaskRef] = {}
     for source in sorted({s for s, _ in keys}):
         try:
-            found.update({r.key: r for r in corpus.find_tasks(settings, [source])})
+            found.update({r.key: r for r in taskfiles.find_tasks(settings, [source])})
         except FarmError:
             continue
     return found

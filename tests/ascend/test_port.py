@@ -32,7 +32,7 @@ from farm.ascend.port import (
 )
 from farm.ascend.port import pipeline as port_pipeline
 from farm.corpus import opcheck
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError
 from farm.evaluate.static_checks import static_verdict
 from farm.generators import load_generator
@@ -71,7 +71,7 @@ def kernel_fn(source: str, name: str = "_k"):
 
 def task_check(path: Path, source: str, tmp_path: Path) -> list:
     """ModelNew of `source` against the task's Reference at SMALL_SHAPES; the failed output checks."""
-    task = corpus.load_task(corpus.TaskRef(path.parent.name, path.stem, path), "small")
+    task = taskfiles.load_task(taskfiles.TaskRef(path.parent.name, path.stem, path), "small")
     init, inputs = opcheck.draw_init_inputs(task, 0), opcheck.draw_inputs(task, 0)
     module = load(source, tmp_path)
     with torch.no_grad():
@@ -180,7 +180,7 @@ def test_ported_corpus_kernels_compile_with_the_triton_frontend(tmp_path):
     """The interpreter is lax (a `return` in a loop, Python ints for tensors); the compiler is not."""
     jobs = []
     for ctx, path in itertools.product((ASCEND, STRESS), CORPUS):
-        task = corpus.load_task(corpus.TaskRef(path.parent.name, path.stem, path), "small")
+        task = taskfiles.load_task(taskfiles.TaskRef(path.parent.name, path.stem, path), "small")
         ported = port(model_as_candidate(path.read_text()), ctx)
         module = load(ported, tmp_path)
         jobs.append({"path": module.__file__, "kernels": launch_signatures(module, task)})

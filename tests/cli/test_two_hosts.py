@@ -16,12 +16,12 @@ import torch
 from typer.testing import CliRunner
 
 from farm.cli.main import app
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.reference import seedsets
 from tests.conftest import write_task
 from tests.corpus import akg_style
 
-AKG = Path("akg_agents") / corpus.AKG_CORPUS
+AKG = Path("akg_agents") / taskfiles.AKG_CORPUS
 TASKS = {  # source -> (AKG folder, op, task file, mode)
     "sglang": ("sglang", "twice_pure", akg_style.PURE_SGLANG, "reference"),
     "vllm_triton": ("vllm/triton_ops", "twice_vllm", akg_style.VLLM_CLASS, "reference-data"),

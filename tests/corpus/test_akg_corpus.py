@@ -8,7 +8,7 @@ import pytest
 from farm.cli.main import split_ops
 from farm.config import load_settings
 from farm.corpus import akg, modes, opcheck
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError
 from tests.conftest import write_task
 from tests.corpus import akg_style
@@ -16,7 +16,7 @@ from tests.corpus import akg_style
 
 def akg_checkout(root):
     """A folder laid out as an AKG checkout, with one task file of each pattern."""
-    base = root / "akg" / "akg_agents" / corpus.AKG_CORPUS
+    base = root / "akg" / "akg_agents" / taskfiles.AKG_CORPUS
     write_task(base / "sglang", "twice_pure", akg_style.PURE_SGLANG)
     write_task(base / "sglang", "twice_hidden", akg_style.HIDDEN_SGLANG)
     write_task(base / "sglang", "_twice_private", akg_style.PURE_SGLANG)
@@ -72,8 +72,8 @@ def test_akg_root_maps_three_folders_lists_every_file_and_decides_each_truth(cli
 
 def test_a_leading_underscore_op_is_selected_by_name(akg_config):
     settings, _ = load_settings()
-    [ref] = corpus.find_tasks(settings, ["sglang"], ["_twice_private"])
-    assert ref.op == "_twice_private" and corpus.validate_name(ref.op, "op")
+    [ref] = taskfiles.find_tasks(settings, ["sglang"], ["_twice_private"])
+    assert ref.op == "_twice_private" and taskfiles.validate_name(ref.op, "op")
 
 
 def test_config_sources_replace_an_akg_source_of_the_same_name(tmp_path, akg_config, monkeypatch):
@@ -82,7 +82,7 @@ def test_config_sources_replace_an_akg_source_of_the_same_name(tmp_path, akg_con
     cfg = tmp_path / "farm2.yaml"
     cfg.write_text(f"corpus:\n  akg_root: {akg_config}\n  sources:\n    sglang: {mine}\n")
     settings, _ = load_settings(str(cfg))
-    refs = corpus.find_tasks(settings, ["sglang"])
+    refs = taskfiles.find_tasks(settings, ["sglang"])
     assert [(r.op, r.origin) for r in refs] == [("only_mine", "config")]
 
 
@@ -91,7 +91,7 @@ def test_every_task_folder_of_a_newer_akg_release_is_a_source(tmp_path):
     task files under thirdparty/ is a source named by its path, whatever the depth; the three
     original folders keep their names, and the thirdparty/ folder itself is a valid root."""
     root = akg_checkout(tmp_path)
-    base = root / "akg_agents" / corpus.AKG_CORPUS
+    base = root / "akg_agents" / taskfiles.AKG_CORPUS
     write_task(base / "attention_kernels", "decode_twice", akg_style.PURE_TORCH)
     write_task(base / "pytorch" / "group_1", "01_Twice", akg_style.PURE_SGLANG)
     write_task(base / "pytorch" / "group_2", "01_Twice", akg_style.PURE_SGLANG)  # same op name, other source
@@ -104,9 +104,9 @@ def test_every_task_folder_of_a_newer_akg_release_is_a_source(tmp_path):
         assert set(folders) == expected, given  # not sglang_class_method, not notes, not pytorch
         assert folders["pytorch_group_2"] == base / "pytorch" / "group_2"
     settings, _ = load_settings(overrides={"corpus.akg_root": str(root)})
-    refs = corpus.find_tasks(settings, ["pytorch_group_1", "pytorch_group_2"])
+    refs = taskfiles.find_tasks(settings, ["pytorch_group_1", "pytorch_group_2"])
     assert [(r.source, r.op) for r in refs] == [("pytorch_group_1", "01_Twice"), ("pytorch_group_2", "01_Twice")]
-    [attention] = corpus.find_tasks(settings, ["attention_kernels"])
+    [attention] = taskfiles.find_tasks(settings, ["attention_kernels"])
     decided = modes.resolve_ref(attention, "small", 120)
     assert (decided.mode, decided.reference) == ("reference", "ModelTorch")  # its PyTorch class is the truth
 
@@ -117,9 +117,9 @@ def test_a_comparison_class_is_tried_at_the_files_own_shapes_when_none_can_be_de
     body = akg_style.PURE_TORCH.replace("    return [torch.randn(N)]", "    n = 2 ** 21  # 8 MiB: over the small budget\n"
                                                                        "    return [torch.randn(n)]")
     path = write_task(tmp_path / "attention_kernels", "local_sizes", body)
-    ref = corpus.ref_from_file(path, "attention_kernels")
+    ref = taskfiles.ref_from_file(path, "attention_kernels")
     with pytest.raises(FarmError, match="has no small shapes"):
-        corpus.load_task(ref, "small")
+        taskfiles.load_task(ref, "small")
     decided = modes.resolve_ref(ref, "bench", 120)  # as on a GPU host, and as `farm ops list` decides
     assert (decided.mode, decided.reference) == ("reference", "ModelTorch"), decided
 
@@ -128,12 +128,12 @@ def test_akg_root_that_is_not_a_checkout_is_a_clear_error(tmp_path):
     write_task(tmp_path / "my_scripts", "scale2", akg_style.PURE_SGLANG)  # .py files, but not AKG's layout
     settings, _ = load_settings(overrides={"corpus.akg_root": str(tmp_path)})
     with pytest.raises(FarmError, match="corpus.akg_root: .* is not an AKG checkout"):
-        corpus.find_tasks(settings)
+        taskfiles.find_tasks(settings)
 
 
 def test_torch_empty_buffers_are_drawn_deterministically(tmp_path):
     path = write_task(tmp_path / "t", "scale_into_empty", akg_style.EMPTY_BUFFER)
-    task = corpus.load_task(corpus.ref_from_file(path), "small")
+    task = taskfiles.load_task(taskfiles.ref_from_file(path), "small")
     a, b = opcheck.draw_inputs(task, 3), opcheck.draw_inputs(task, 3)
     assert a[1].isnan().all() and (b[2] == 2**31 - 1).all()  # the deterministic fill, the same each time
     import torch
@@ -143,11 +143,11 @@ def test_torch_empty_buffers_are_drawn_deterministically(tmp_path):
 
 def test_trial_verdicts_are_remembered_per_file_content(tmp_path):
     path = write_task(tmp_path / "t", "twice_pure", akg_style.PURE_SGLANG)
-    task = corpus.load_task(corpus.ref_from_file(path))
+    task = taskfiles.load_task(taskfiles.ref_from_file(path))
     assert modes.resolve(task).reference == "ModelSglang"
     assert "ModelSglang" in modes.cache_path().read_text()
     path.write_text(path.read_text().replace("return x * 2.0 + 1.0", "raise RuntimeError('broken on purpose')"))
-    changed = modes.resolve(corpus.load_task(corpus.ref_from_file(path)))
+    changed = modes.resolve(taskfiles.load_task(taskfiles.ref_from_file(path)))
     assert changed.mode == "reference-data" and "broken on purpose" in changed.reason
 
 

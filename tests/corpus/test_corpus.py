@@ -7,13 +7,13 @@ import sys
 import pytest
 
 from farm.config import load_settings
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError, InvalidName, TaskError
 from tests.conftest import GOOD_TASK, write_task
 
 
 def load(path):
-    return corpus.load_task(corpus.ref_from_file(path))
+    return taskfiles.load_task(taskfiles.ref_from_file(path))
 
 
 def test_good_task_loads_with_metadata(tmp_path):
@@ -24,8 +24,8 @@ def test_good_task_loads_with_metadata(tmp_path):
 
 def test_small_shapes_override_module_constants(tmp_path):
     path = write_task(tmp_path, "scale2", GOOD_TASK)
-    assert len(corpus.load_task(corpus.ref_from_file(path), "small").inputs()[0]) == 37
-    assert len(corpus.load_task(corpus.ref_from_file(path), "bench").inputs()[0]) == 1000
+    assert len(taskfiles.load_task(taskfiles.ref_from_file(path), "small").inputs()[0]) == 37
+    assert len(taskfiles.load_task(taskfiles.ref_from_file(path), "bench").inputs()[0]) == 1000
 
 
 def test_loading_leaves_nothing_in_sys_modules(tmp_path):
@@ -68,7 +68,7 @@ def test_two_loads_do_not_share_state(tmp_path):
 def test_malformed_task_is_rejected_naming_file_and_rule(tmp_path, body, rule):
     path = write_task(tmp_path, "bad", body)
     with pytest.raises(TaskError) as info:
-        corpus.load_task(corpus.ref_from_file(path), "small")
+        taskfiles.load_task(taskfiles.ref_from_file(path), "small")
     assert str(path) in str(info.value)
     assert rule in str(info.value)
 
@@ -90,31 +90,31 @@ def test_discovery_includes_config_sources(tmp_path, task_dir):
     extra = tmp_path / "akg_style"
     write_task(extra, "foreign_op", GOOD_TASK)
     settings, _ = load_settings(overrides={"corpus.sources": {"team": str(extra)}})
-    sources = corpus.discover_sources(settings)
+    sources = taskfiles.discover_sources(settings)
     assert set(sources) == {"mini", "team"}
-    refs = corpus.find_tasks(settings, ["team"])
+    refs = taskfiles.find_tasks(settings, ["team"])
     assert [r.key for r in refs] == ["team/foreign_op"]
 
 
 def test_unknown_source_and_op_are_clear_errors(task_dir):
     settings, _ = load_settings()
     with pytest.raises(FarmError, match="unknown source 'nope'.*known: mini"):
-        corpus.find_tasks(settings, ["nope"])
+        taskfiles.find_tasks(settings, ["nope"])
     with pytest.raises(FarmError, match="unknown op"):
-        corpus.find_tasks(settings, ["mini"], ["missing"])
+        taskfiles.find_tasks(settings, ["mini"], ["missing"])
     with pytest.raises(FarmError, match="corpus.sources.ghost"):
-        corpus.discover_sources(load_settings(overrides={"corpus.sources": {"ghost": "/no/such/dir"}})[0])
+        taskfiles.discover_sources(load_settings(overrides={"corpus.sources": {"ghost": "/no/such/dir"}})[0])
 
 
 @pytest.mark.parametrize("name", ["../etc", "/abs", "a/b", "..", "", "x\x00y", "é"])
 def test_names_that_could_escape_a_prefix_are_refused(name):
     with pytest.raises(InvalidName):
-        corpus.validate_name(name, "op")
+        taskfiles.validate_name(name, "op")
 
 
 def test_bundled_corpus_has_the_first_tasks():
     settings, _ = load_settings()
-    keys = {r.key for r in corpus.find_tasks(settings)}
+    keys = {r.key for r in taskfiles.find_tasks(settings)}
     expected = {
         "sglang/" + n for n in ["triton_tanh", "merge_state_triton", "fused_rmsnorm_kernel",
                                 "fused_dual_residual_rmsnorm_kernel", "fused_softcap_kernel", "moe_sum_reduce_triton",
@@ -129,8 +129,8 @@ def test_bundled_corpus_has_the_first_tasks():
     }
     assert expected <= keys
     assert len([k for k in keys if k.startswith("demo/")]) == 3
-    for ref in corpus.find_tasks(settings):
-        corpus.load_task(ref, "small")  # every bundled file obeys the static rules
+    for ref in taskfiles.find_tasks(settings):
+        taskfiles.load_task(ref, "small")  # every bundled file obeys the static rules
 
 
 def test_ops_list_json_and_invalid_exit_code(cli, task_dir):

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_inputs, draw_seeded
 from farm.runtime.tensors import to_device
 
@@ -19,7 +19,7 @@ def task_file(tmp_path, name: str, get_inputs_body: str):
     path.write_text("import time\nimport torch\nimport torch.nn as nn\n\n\n"
                     "class Model(nn.Module):\n    def forward(self, *xs):\n        return sum(x.sum() for x in xs)\n\n\n"
                     "def get_inputs():\n" + get_inputs_body + "\n\ndef get_init_inputs():\n    return []\n")
-    return corpus.load_task(corpus.ref_from_file(path, "local"), "bench")
+    return taskfiles.load_task(taskfiles.ref_from_file(path, "local"), "bench")
 
 
 # get_inputs() lets other threads run between its draws, as a slow allocation or a big draw does

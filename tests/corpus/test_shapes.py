@@ -10,7 +10,7 @@ import pytest
 
 from farm.config import Settings
 from farm.corpus import shapes as shapes_mod
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.opcheck import draw_init_inputs, draw_inputs
 from farm.errors import TaskError
 
@@ -79,14 +79,14 @@ def _ref(tmp_path, body, name="big", source="kb", settings=None):
     folder.mkdir(exist_ok=True)
     path = folder / f"{name}.py"
     path.write_text(textwrap.dedent(body))
-    return corpus.ref_from_file(path, source, settings=settings)
+    return taskfiles.ref_from_file(path, source, settings=settings)
 
 
 def test_derived_shapes_fit_the_budget_and_keep_divisibility(tmp_path):
     ref = _ref(tmp_path, LARGE)
-    full = shapes_mod.measure(corpus.load_task(ref, "bench").module, corpus.load_task(ref, "bench").model_cls)
+    full = shapes_mod.measure(taskfiles.load_task(ref, "bench").module, taskfiles.load_task(ref, "bench").model_cls)
     assert full.total_bytes > 2**30  # the file's own shapes: over 1 GiB of inputs
-    task = corpus.load_task(ref, "small")
+    task = taskfiles.load_task(ref, "small")
     assert task.shape_origin == "derived"
     over = task.shape_overrides
     assert "kernel_size" not in over and "groups" not in over  # structural constants stay
@@ -101,7 +101,7 @@ def test_derived_shapes_fit_the_budget_and_keep_divisibility(tmp_path):
 
 
 def test_axis_constants_are_not_sizes(tmp_path):
-    task = corpus.load_task(_ref(tmp_path, AXIS, "softmax"), "small")
+    task = taskfiles.load_task(_ref(tmp_path, AXIS, "softmax"), "small")
     assert task.shape_origin == "derived" and "dim" not in task.shape_overrides
     assert task.module.dim == 1
 
@@ -113,23 +113,23 @@ def test_budget_setting_and_config_shapes(tmp_path):
     s.corpus.sources = {"kb": str(folder)}
     s.corpus.small_budget_mb = 64.0
     s.corpus.small_budget_mflop = 1000.0
-    [ref] = corpus.find_tasks(s, ["kb"])
-    roomy = corpus.load_task(ref, "small")
-    default = corpus.load_task(_ref(tmp_path, LARGE), "small")
+    [ref] = taskfiles.find_tasks(s, ["kb"])
+    roomy = taskfiles.load_task(ref, "small")
+    default = taskfiles.load_task(_ref(tmp_path, LARGE), "small")
     assert roomy.shape_overrides["height"] > default.shape_overrides["height"]
 
     s.corpus.shapes = {"kb": {"batch_size": 2, "not_in_this_file": 3},  # source-wide: unknown names skipped
                        "kb/big": {"height": 10, "width": 12, "in_channels": 6, "out_channels": 6}}
-    [ref] = corpus.find_tasks(s, ["kb"])
-    task = corpus.load_task(ref, "small")
+    [ref] = taskfiles.find_tasks(s, ["kb"])
+    task = taskfiles.load_task(ref, "small")
     assert task.shape_origin == "config"
     x, _ = draw_inputs(task, 0)
     assert list(x.shape) == [2, 6, 10, 12]
 
     s.corpus.shapes = {"kb/big": {"missing": 1}}
-    [ref] = corpus.find_tasks(s, ["kb"])
+    [ref] = taskfiles.find_tasks(s, ["kb"])
     with pytest.raises(TaskError, match="'missing' .*corpus.shapes.kb/big"):
-        corpus.load_task(ref, "small")
+        taskfiles.load_task(ref, "small")
 
 
 def test_small_never_means_full_size_over_budget(tmp_path):
@@ -141,19 +141,19 @@ def test_small_never_means_full_size_over_budget(tmp_path):
     body = body.replace("torch.rand(64, in_channels,", "torch.rand(64, 48,")
     ref = _ref(tmp_path, body, "fixed")
     with pytest.raises(TaskError, match="has no small shapes.*no module-level size constant"):
-        corpus.load_task(ref, "small")
+        taskfiles.load_task(ref, "small")
 
 
 def test_meta_guard_stops_before_allocating(tmp_path):
     s = Settings()
     s.corpus.memory_limit_mb = 256.0
     ref = _ref(tmp_path, LARGE, settings=s)
-    task = corpus.load_task(ref, "bench")
+    task = taskfiles.load_task(ref, "bench")
     with pytest.raises(TaskError, match=r"needs .*GiB .* at bench shapes \(measured on the meta device\), over the "
                                         r"memory limit of 0\.25 GiB"):
         draw_init_inputs(task, 0)
     # the small shapes of the same file pass the same guard
-    small = corpus.load_task(ref, "small")
+    small = taskfiles.load_task(ref, "small")
     assert draw_inputs(small, 0)[0].numel() > 0
 
 
@@ -179,7 +179,7 @@ def test_natural_order_of_op_names(tmp_path):
     (folder / "_private.py").write_text(AXIS)  # an op too: AKG names ops after private kernels (_compute_pid)
     s = Settings()
     s.corpus.sources = {"kb": str(folder)}
-    assert [r.op for r in corpus.find_tasks(s, ["kb"])] == ["1_square", "2_standard", "10_mm", "100_HingeLoss",
+    assert [r.op for r in taskfiles.find_tasks(s, ["kb"])] == ["1_square", "2_standard", "10_mm", "100_HingeLoss",
                                                             "_private"]
 
 
@@ -194,7 +194,7 @@ def test_the_meta_forward_never_launches_a_triton_kernel(tmp_path):
     from tests.conftest import GOOD_TASK
 
     before = (vars(jit.JITFunction)["run"], vars(interpreter.InterpretedFunction)["run"])
-    task = corpus.load_task(_ref(tmp_path, GOOD_TASK, name="scale2", source="mini"), "bench")
+    task = taskfiles.load_task(_ref(tmp_path, GOOD_TASK, name="scale2", source="mini"), "bench")
     fp = shapes_mod.measure(task.module, task.model_cls)
     assert not fp.forward_ok and "not launched on the meta device" in fp.forward_error
     assert (vars(jit.JITFunction)["run"], vars(interpreter.InterpretedFunction)["run"]) == before

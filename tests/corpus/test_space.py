@@ -10,7 +10,7 @@ import pytest
 
 from farm.corpus import cases as cases_mod
 from farm.corpus import shapes as shapes_mod
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_inputs
 from farm.corpus.shapes import ShapePolicy
 from farm.corpus.space_types import ShapeSpace
@@ -102,7 +102,7 @@ def get_init_inputs():
 
 def _task(tmp_path, body: str, name: str = "op", shapes: str = "bench", policy: ShapePolicy | None = None):
     path = write_task(tmp_path / "src", name, body)
-    return corpus.load_task(corpus.ref_from_file(path, "src", policy=policy or ShapePolicy()), shapes)
+    return taskfiles.load_task(taskfiles.ref_from_file(path, "src", policy=policy or ShapePolicy()), shapes)
 
 
 def _draw(task, case):

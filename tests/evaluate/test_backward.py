@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.reference.generate import generate_reference
 from farm.targets import resolve_device
@@ -15,9 +15,9 @@ CANDIDATES = Path(__file__).resolve().parent / "training"
 
 
 def _evaluator(op: str) -> Evaluator:
-    ref = corpus.TaskRef("training", op, REPO / "tasks" / "training" / f"{op}.py")
+    ref = taskfiles.TaskRef("training", op, REPO / "tasks" / "training" / f"{op}.py")
     spec = resolve_device("cpu")
-    data = generate_reference(corpus.load_task(ref, "small"), spec, seed=0)
+    data = generate_reference(taskfiles.load_task(ref, "small"), spec, seed=0)
     settings = EvalSettings.for_device(spec)
     settings.timing.update(budget_ms=50.0, min_reps=2, max_reps=3)
     return Evaluator(ref, data, spec, settings)

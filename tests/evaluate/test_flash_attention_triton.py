@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.generators.base import model_as_candidate
 from farm.generators.tune import apply, find_knobs
@@ -20,9 +20,9 @@ TASK = Path(__file__).resolve().parents[2] / "tasks" / "training" / "flash_atten
 
 
 def test_the_model_passes_as_a_candidate_with_all_backward_kernels():
-    ref = corpus.TaskRef("training", "flash_attention_triton", TASK)
+    ref = taskfiles.TaskRef("training", "flash_attention_triton", TASK)
     spec = resolve_device("cpu")
-    data = generate_reference(corpus.load_task(ref, "small"), spec, seed=0)
+    data = generate_reference(taskfiles.load_task(ref, "small"), spec, seed=0)
     settings = EvalSettings.for_device(spec)
     settings.timing.update(budget_ms=50.0, min_reps=2, max_reps=3)
     with Evaluator(ref, data, spec, settings) as ev:

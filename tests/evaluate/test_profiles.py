@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.evaluate import profiles, static_checks
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.reference.generate import generate_reference
@@ -80,9 +80,9 @@ def setup(tmp_path_factory):
     folder = tmp_path_factory.mktemp("kb")
     path = folder / "scale.py"
     path.write_text(textwrap.dedent(TASK))
-    ref = corpus.ref_from_file(path, "kb")
+    ref = taskfiles.ref_from_file(path, "kb")
     spec = resolve_device("cpu")
-    return ref, generate_reference(corpus.load_task(ref, "bench"), spec, seed=0), spec
+    return ref, generate_reference(taskfiles.load_task(ref, "bench"), spec, seed=0), spec
 
 
 def test_profiles_side_by_side():

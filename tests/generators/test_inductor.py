@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.evaluate import static_checks
 from farm.evaluate.evaluator import Evaluator
 from farm.generators import load_generator
@@ -48,14 +48,14 @@ _CHECK = """
 import importlib.util, json, sys
 import torch
 from farm.runtime import compare
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_init_inputs, draw_inputs
 
 cand, task_file, source, op, shapes, seeds = sys.argv[1:7]
 spec = importlib.util.spec_from_file_location("farm_test_candidate", cand)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-task = corpus.load_task(corpus.TaskRef(source, op, corpus.Path(task_file)), shapes)
+task = taskfiles.load_task(taskfiles.TaskRef(source, op, taskfiles.Path(task_file)), shapes)
 init = draw_init_inputs(task, 0)
 truth, new = task.truth_cls(*init), module.ModelNew(*init)
 for seed in json.loads(seeds):
@@ -190,9 +190,9 @@ def test_generator_seeds_pass_the_evaluator_on_cpu():
     assert gen.captures[0]["ok"] and gen.captures[0]["shapes"] == "small"
     assert gen.propose(None, [], _ctx(path, "vllm_torch", "cpu")) == []
 
-    ref = corpus.TaskRef("vllm_torch", "rms_norm", path)
+    ref = taskfiles.TaskRef("vllm_torch", "rms_norm", path)
     spec = resolve_device("cpu")
-    data = generate_reference(corpus.load_task(ref, "small"), spec, seed=0)
+    data = generate_reference(taskfiles.load_task(ref, "small"), spec, seed=0)
     with Evaluator(ref, data, spec) as ev:
         result = ev.evaluate(seeds[0].source, name="inductor_rms_norm.py")
     assert result.verdict == "pass", (result.reason, result.log[-2000:])
@@ -256,9 +256,9 @@ def _seed_and_its_evaluation(path: Path):
     gen = load_generator("inductor")
     seeds = gen.seeds(_ctx(path, "mini", "cpu", shapes="bench"))
     assert len(seeds) == 1, gen.reasons
-    ref = corpus.TaskRef("mini", path.stem, path)
+    ref = taskfiles.TaskRef("mini", path.stem, path)
     spec = resolve_device("cpu")
-    data = generate_reference(corpus.load_task(ref, "bench"), spec, seed=0)
+    data = generate_reference(taskfiles.load_task(ref, "bench"), spec, seed=0)
     with Evaluator(ref, data, spec) as ev:
         return seeds[0].source, ev.evaluate(seeds[0].source, name=f"inductor_{path.stem}.py")
 

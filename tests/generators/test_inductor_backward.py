@@ -3,7 +3,7 @@ or no seed with the reason; never a forward-only seed for a BACKWARD task."""
 
 from pathlib import Path
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.generators.base import Context
 from farm.generators.inductor import backward as bwd
@@ -31,9 +31,9 @@ def test_a_training_op_gets_a_differentiable_seed_that_passes_forward_and_backwa
     gen, seeds = _seeds(path, "swiglu")
     assert len(seeds) == 1, gen.reasons
     assert "torch.autograd.Function" in seeds[0].source and "bwd_triton_" in seeds[0].source
-    ref = corpus.TaskRef("training", "swiglu", path)
+    ref = taskfiles.TaskRef("training", "swiglu", path)
     spec = resolve_device("cpu")
-    data = generate_reference(corpus.load_task(ref, "small"), spec, seed=0)
+    data = generate_reference(taskfiles.load_task(ref, "small"), spec, seed=0)
     settings = EvalSettings.for_device(spec)
     settings.timing.update(budget_ms=50.0, min_reps=2, max_reps=3)
     with Evaluator(ref, data, spec, settings) as ev:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.evaluate.evaluator import Evaluator
 from farm.generators import load_generator
 from farm.generators.base import Context
@@ -69,9 +69,9 @@ def _seed_and_evaluation(tmp_path: Path, text: str, name: str):
     with those cases (as the search passes them), and the evaluator's verdict on it."""
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(text))
-    ref = corpus.TaskRef("mini", name, path)
+    ref = taskfiles.TaskRef("mini", name, path)
     spec = resolve_device("cpu")
-    data, _, case_doc = generate_reference_and_sets(corpus.load_task(ref, "bench"), spec, 0, cases=2)
+    data, _, case_doc = generate_reference_and_sets(taskfiles.load_task(ref, "bench"), spec, 0, cases=2)
     data["_case_sets"] = case_doc["cases"]
     points = [doc["case"] for doc in case_doc["cases"]]
     ctx = Context(task_source=path.read_text(), op=name, source="mini", target="cpu",

@@ -2,7 +2,7 @@
 
 import torch
 
-from farm.corpus import tasks as corpus
+from farm.corpus import tasks as taskfiles
 from farm.errors import TaskError
 from farm.reference.generate import PT_KEYS, generate_reference
 from farm.targets import resolve_device
@@ -11,7 +11,7 @@ from farm.targets import resolve_device
 def _task(tmp_path, body: str):
     path = tmp_path / "op.py"
     path.write_text(body)
-    return corpus.load_task(corpus.ref_from_file(path), "small")
+    return taskfiles.load_task(taskfiles.ref_from_file(path), "small")
 
 
 LAYER = '''

@@ -59,10 +59,10 @@ import torch
 import torch.nn as nn
 from torch.func import vjp
 
-from farm.corpus import tasks as _corpus
+from farm.corpus import tasks as _taskfiles
 from farm.runtime import grads as _grads
 
-_TASK = _corpus.load_task(_corpus.ref_from_file({task_path!r}, source={source!r}), {shapes!r})
+_TASK = _taskfiles.load_task(_taskfiles.ref_from_file({task_path!r}, source={source!r}), {shapes!r})
 _TRUTH = _TASK.truth_cls
 _INDICES = {indices!r}
 

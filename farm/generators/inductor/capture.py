@@ -284,7 +284,7 @@ def capture_child(
     refusal; unexpected errors raise (the parent gets the traceback)."""
     import torch
 
-    from farm.corpus import tasks as corpus
+    from farm.corpus import tasks as taskfiles
     from farm.corpus.inputs import draw_init_inputs, draw_seeded
     from farm.runtime.tensors import seed_all, to_device
 
@@ -292,7 +292,7 @@ def capture_child(
     report("load")
     # `reference`: AKG's comparison class that runs here (the reference data names it), the
     # PyTorch truth of a Triton original
-    task = corpus.load_task(corpus.ref_from_file(task_path, source=source, policy=policy), shapes,
+    task = taskfiles.load_task(taskfiles.ref_from_file(task_path, source=source, policy=policy), shapes,
                             reference=reference)
     cls = task.truth_cls
     init_inputs = draw_init_inputs(task, seed)

@@ -40,8 +40,8 @@ def _planted_run(self, inputs, *args, **kwargs):
     _orig_run(self, inputs, *args, **kwargs)  # the candidate runs, as the harness expects
     if isinstance(inputs, str):  # an input set kept in the runner, named by key
         inputs = self.inputs[inputs]
-    from farm.corpus import tasks as corpus
-    task = corpus.load_task(corpus.TaskRef("demo", "row_sum", Path({TASK!r})), "bench")
+    from farm.corpus import tasks as taskfiles
+    task = taskfiles.load_task(taskfiles.TaskRef("demo", "row_sum", Path({TASK!r})), "bench")
     with torch.no_grad():
         out = task.truth_cls()(*to_device(clone_values(inputs), self.device))
     return {{"ok": True, "outputs": to_cpu(as_output_list(out)), "mutated_inputs": [], "threads_alive": 0,
