@@ -59,7 +59,7 @@ class ReplayEvaluator:
     def compile_ahead(self, specs, size: int, target: str):
         raise SystemExit("a replay compiles nothing: run it with evaluator.compile_workers 0 (the default)")
 
-    def confirm(self, source: str, name: str = "") -> dict:
+    def retime(self, source: str, name: str = "") -> dict:
         return {"error": "a replay of recorded timings is not re-timed"}  # not promoted
 
     def model_runs(self) -> bool:

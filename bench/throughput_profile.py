@@ -39,7 +39,7 @@ WRAPPED = {
     evaluator.Evaluator: ("evaluate", "_compile", "_verify", "_put_probes", "_time", "_static", "_frontend",
                           "_start_runners", "baseline", "_time_baseline", "_all_cases", "_fwd_bwd_speedups"),
     comparison.Comparison: ("_compare_all", "_interleave", "op_timing", "_baseline_slots", "floor",
-                            "_put_time_cases", "null_check", "_confirm", "_check_timed_outputs", "_limit"),
+                            "_put_time_cases", "null_check", "_retime", "_check_timed_outputs", "_limit"),
     sandbox.Sandbox: ("start", "pin", "kill", "call", "with_inputs", "pause", "resume"),
     ahead.CompileAhead: ("prepare",),
 }

@@ -1,7 +1,7 @@
 """The comparison half of the Evaluator (farm.evaluate.evaluator): the op's timing mode, the
 baselines kept in the trusted runner, candidate and baselines timed in alternating rounds
 (farm.evaluate.speedup), the physical limit, and the re-timing before promotion (null check,
-confirm). A mixin: it uses the Evaluator's runners, settings and secret input sets."""
+retime). A mixin: it uses the Evaluator's runners, settings and secret input sets."""
 
 from __future__ import annotations
 
@@ -384,7 +384,7 @@ class Comparison(EvaluatorState):
                 self._put_time_cases()
             result = EvalResult(verdict="pass")
             with self._device(TIMING, pin=True):  # the Model's ratio is the null: no Reference rounds
-                self._compare_all(result, rounds=self.settings.confirm_rounds, only=("Model",))
+                self._compare_all(result, rounds=self.settings.retime_rounds, only=("Model",))
             return result.comparison.get("model")
         except (Stop, SandboxDied):
             return None
@@ -392,16 +392,16 @@ class Comparison(EvaluatorState):
             self._null_run = False
             self._retire()
 
-    def confirm(self, source: str, name: str = "confirm") -> dict:
+    def retime(self, source: str, name: str = "retime") -> dict:
         """The independent re-timing before promotion: the candidate re-verified and re-timed
         against the baselines by a harness that shares no state with the search's runners (a
         fresh candidate runner, a fresh trusted runner, secret input sets drawn now), with the
         promotion's number of rounds, after the null check; farm.evaluate.speedup.promotion
         reads the result beside the search's own figure."""
-        if self.spec.target.interpret:  # the interpreter's timings would confirm nothing
+        if self.spec.target.interpret:  # the interpreter's timings would re-time nothing
             return {"timed": False, "runner": "none", "skipped": "interpreter timings are not kernel timings"}
         with self._independent():
-            return self._confirm(source, name)
+            return self._retime(source, name)
 
     @contextmanager
     def _independent(self) -> Iterator[None]:
@@ -413,14 +413,14 @@ class Comparison(EvaluatorState):
         try:
             self.references.ensure_started()
             if not self.uses_seed_sets:  # else the stored secret sets are all the truth there is
-                drawn, seeds = self.draw_cases(self.settings.fresh_seeds, fresh=True, prefix="confirm")
+                drawn, seeds = self.draw_cases(self.settings.fresh_seeds, fresh=True, prefix="retime")
                 self._cases, self._seeds = drawn + (saved[1] or [])[-self._probe_count():], seeds
             yield
         finally:
             fresh, (self.references, self._cases, self._seeds, self._slots) = self.references, saved
             close_all([fresh])
 
-    def _confirm(self, source: str, name: str) -> dict:
+    def _retime(self, source: str, name: str) -> dict:
         """The device alone only for the rounds (farm.evaluate.lease): the fresh runners' starts,
         loads and first runs share it with other ops' verifications."""
         with self._device(VERIFICATION):
@@ -435,10 +435,10 @@ class Comparison(EvaluatorState):
                 self._verify(first, result)  # re-verified on the re-timing's own secret cases
                 self._put_time_cases()
             with self._device(TIMING, pin=True):
-                self._compare_all(result, rounds=self.settings.confirm_rounds)
+                self._compare_all(result, rounds=self.settings.retime_rounds)
             if speedups.too_wide(result.comparison.get("model")):
                 with self._device(TIMING, pin=True):
-                    self._compare_all(result, rounds=self.settings.confirm_rounds * speedups.WIDE_ROUNDS)
+                    self._compare_all(result, rounds=self.settings.retime_rounds * speedups.WIDE_ROUNDS)
         except Stop as stop:
             return {"error": f"{stop.verdict}: {stop.reason}"}
         except SandboxDied as died:

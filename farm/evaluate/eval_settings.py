@@ -29,7 +29,7 @@ class EvalSettings:
     graph_threshold_ms: float = GRAPH_THRESHOLD_MS
     rounds: int = 4  # comparison rounds per baseline, per candidate
     round_reps: int = 20  # per-call figures (events) or graph replays in one round
-    confirm_rounds: int = 12  # the re-timing before promotion
+    retime_rounds: int = 12  # the re-timing before promotion
     # a candidate's device time is mostly timing: the per-call pass beside a comparison gives checks and
     # a labelled figure, not the ratio (its budget, in ms; None: the profile's); a candidate whose
     # ratios after half the rounds all stay under this share of the op's best stops there (None: never)
@@ -49,5 +49,5 @@ class EvalSettings:
             # whatever the profile says about timing
             return cls(timing={"warmup_ms": 0.0, "budget_ms": 300.0, "min_reps": 3, "max_reps": 20,
                                "rse_target": 0.05}, fresh_seeds=rules.fresh_seeds, profile=profile,
-                       rounds=1, round_reps=2, confirm_rounds=3)
+                       rounds=1, round_reps=2, retime_rounds=3)
         return cls(timing=dict(rules.timing), fresh_seeds=rules.fresh_seeds, profile=profile)

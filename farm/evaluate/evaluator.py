@@ -128,7 +128,7 @@ class Evaluator(TrustedSide, Comparison):
         self._op_timing: dict | None = None
         self._slots: tuple[tuple[int, int], dict[str, str]] | None = None  # ((runner id, its starts), {slot: ...})
         self._floor: dict | None = None
-        self._null_run = False  # the candidate runner holds the task's own Model (confirm's null check)
+        self._null_run = False  # the candidate runner holds the task's own Model (the re-timing's null check)
         self.lease = device_lease.for_device(spec.label, host_wide=not spec.target.interpret)
 
     def _setting(self, name: str):

@@ -55,7 +55,7 @@ class SearchEvaluator(Protocol):
     def device_info(self) -> dict[str, Any]: ...
     def compile_ahead(self, specs: list[DeviceSpec], size: int, target: str) -> CompileAhead: ...
     def evaluate(self, source: str, name: str = ..., bar: float | None = ..., runner: Any = ...) -> EvalResult: ...
-    def confirm(self, source: str, name: str = ...) -> dict[str, Any]: ...  # the re-timing before promotion
+    def retime(self, source: str, name: str = ...) -> dict[str, Any]: ...  # the re-timing before promotion
     def model_runs(self) -> bool: ...
     def close(self) -> None: ...
 
@@ -76,7 +76,7 @@ class SearchContext:
     config: SearchConfig
     evaluation: EvalOptions = field(default_factory=EvalOptions)  # what the evaluators are asked
     settings: Settings = field(default_factory=environment_settings)
-    on_event: Callable[[str, dict], None] | None = None  # ("candidate" | "chunk" | "confirm", details)
+    on_event: Callable[[str, dict], None] | None = None  # ("candidate" | "chunk" | "retime", details)
     cancel: threading.Event | None = None  # set: stop at the next candidate, checkpoint kept (an interrupted batch)
     # (task_ref, ref_data, spec, EvalSettings, Settings) -> an evaluator
     evaluator_factory: Callable[..., SearchEvaluator] = _evaluator

@@ -335,22 +335,22 @@ class OpSearch(Seeding):
                 self._make_seeds()
                 self.checkpoint()
             stop = self._loop(pool, max_chunks)
-            confirmation = self._confirm(evaluators[0]) if stop else None
+            confirmation = self._retime(evaluators[0]) if stop else None
         finally:  # each closed even when a signal lands while another one closes
             close_all(([self.ahead] if self.ahead is not None else []) + evaluators)
         return self._finish(stop, baseline, confirmation) if stop else None
 
-    def _confirm(self, evaluator: SearchEvaluator) -> dict | None:
+    def _retime(self, evaluator: SearchEvaluator) -> dict | None:
         """The best, re-timed against the Model in a fresh candidate runner before promotion."""
         best = self.db.best()
         if best is None:
             return None
-        confirmation = evaluator.confirm(best.source, name=f"{best.id}-confirm")
+        confirmation = evaluator.retime(best.source, name=f"{best.id}-retime")
         confirmation["candidate"] = best.id
         confirmation["claimed"] = (best.comparison or {}).get("model")  # the search's figure, beside it
         confirmation["claimed_mix"] = (best.comparison or {}).get("mix")
         confirmation["model_runs"] = evaluator.model_runs()
-        self.ctx.event("confirm", confirmation)
+        self.ctx.event("retime", confirmation)
         return confirmation
 
     def _budget_raised(self, state: dict) -> bool:
@@ -400,7 +400,7 @@ class OpSearch(Seeding):
         summary["status"] = "succeeded" if best else "zero_pass"
         summary["best"] = results.candidate_row(best) if best else None
         allowed, why = False, "no passing kernel"
-        if best is not None and confirmation is not None:  # a best is always re-timed (_confirm)
+        if best is not None and confirmation is not None:  # a best is always re-timed (_retime)
             if confirmation.get("error"):
                 allowed, why = False, f"the re-timing failed: {confirmation['error']}"
             else:

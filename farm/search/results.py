@@ -121,7 +121,7 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
         return "n/a" if v is None else f"{v:.3f}x"
 
     how = summary.get("verified", {})
-    figures = confirmed_figures(summary, rec)
+    figures = retimed_figures(summary, rec)
     return (
         f'"""Kernel Farm best kernel: {summary["source"]}/{summary["op"]} for target {summary["target"]}.\n\n'
         f"Device: {summary.get('device_name', '?')}\n"
@@ -138,14 +138,14 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
     )
 
 
-def confirmed_figures(summary: dict[str, Any], rec: Record) -> dict[str, Any]:
+def retimed_figures(summary: dict[str, Any], rec: Record) -> dict[str, Any]:
     """The figures a promoted kernel is reported with: the re-timing's where there is one."""
     return figures_of(summary.get("confirmation"), candidate_row(rec))
 
 
 def with_figures(outcome: OpOutcome, summary: dict[str, Any], rec: Record) -> None:
-    """An outcome's figures: the promoted kernel's (confirmed_figures), as best_speedup reads them."""
-    figures = confirmed_figures(summary, rec)
+    """An outcome's figures: the promoted kernel's (retimed_figures), as best_speedup reads them."""
+    figures = retimed_figures(summary, rec)
     outcome.speedup_vs_model, outcome.speedup_vs_reference = figures["speedup_vs_model"], figures["speedup_vs_reference"]
     outcome.best_time_ms, outcome.timing_mode = figures["time_ms"], figures["timing_mode"]
     outcome.fraction_of_limit = figures["fraction_of_limit"]
@@ -242,7 +242,7 @@ def promote(store: Store, target: str, summary: dict[str, Any], rec: Record) -> 
     (a lock on a file store, a conditional write on S3), so of two searches promoting at once the
     faster one stays whatever the order. best.py is written from that record afterwards."""
     prefix = kernel_prefix(target, summary["source"], summary["op"])
-    figures = confirmed_figures(summary, rec)
+    figures = retimed_figures(summary, rec)
     source = best_header(summary, rec) + rec.source
     unseen = verified.unseen_checked(summary.get("verified"))
     meta = {"source": summary["source"], "op": summary["op"], "target": target, "run": summary["run"],

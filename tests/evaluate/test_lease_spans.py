@@ -88,7 +88,7 @@ def test_the_re_timing_holds_the_device_alone_only_for_its_rounds():
     log: list = []
     ev = _evaluator(log)
     _faster_candidate(ev)  # else no null check is needed (next test)
-    confirmation = ev.confirm("source")
+    confirmation = ev.retime("source")
     assert "error" not in confirmation and confirmation["null"] is not None
     starts = [phase for who, what, phase in log if what == "start" and who == "candidates"]
     assert starts == [None, None]  # the null check's runner and the candidate's: no hold at all
@@ -124,26 +124,26 @@ def test_a_re_timing_with_a_wide_interval_is_timed_again_with_more_rounds():
         return runner
 
     ev.pool.take = noisy_take
-    confirmation = ev.confirm("source")
+    confirmation = ev.retime("source")
     assert speedup.too_wide({"ci_low": 0.9, "ci_high": 1.2}) and not speedup.too_wide({"ci_low": 0.99, "ci_high": 1.01})
-    assert confirmation["comparison"]["rounds"] == ev.settings.confirm_rounds * speedup.WIDE_ROUNDS
-    assert confirmation["model"]["rounds"] > ev.settings.confirm_rounds
+    assert confirmation["comparison"]["rounds"] == ev.settings.retime_rounds * speedup.WIDE_ROUNDS
+    assert confirmation["model"]["rounds"] > ev.settings.retime_rounds
     log.clear()
     steady = _evaluator(log)
     _faster_candidate(steady)
-    assert steady.confirm("source")["comparison"]["rounds"] == steady.settings.confirm_rounds
+    assert steady.retime("source")["comparison"]["rounds"] == steady.settings.retime_rounds
 
 
 def test_the_null_check_runs_only_where_it_can_decide_the_promotion():
     log: list = []
     ev = _evaluator(log)  # candidate and Model both at 10 us: 1.0x cannot clear the bar
-    confirmation = ev.confirm("source")
+    confirmation = ev.retime("source")
     assert confirmation["null"] is None and "cannot clear" in confirmation["null_skipped"]
     assert not [what for who, what, _ in log if who == "candidates" and what == "load_task"]  # no Model in a fresh runner
     log.clear()
     ev = _evaluator(log)
     _faster_candidate(ev)
-    confirmation = ev.confirm("source")
+    confirmation = ev.retime("source")
     assert confirmation["null"] is not None and confirmation["null_skipped"] == ""
     assert [what for who, what, _ in log if who == "candidates" and what == "load_task"] == ["load_task"]
 
@@ -226,7 +226,7 @@ def test_both_runners_time_on_one_core_and_are_let_go_after(monkeypatch):
     log: list = []
     ev = _evaluator(log)
     _faster_candidate(ev)
-    assert "error" not in ev.confirm("source")
+    assert "error" not in ev.retime("source")
     pinned = {(who, cpus) for who, what, cpus in log if what == "pinned:time_round"}
     assert pinned == {("candidates", frozenset({core})), ("references", frozenset({core}))}
     assert all(r.cpus is None for r in ev.pool.runners) and ev.references.cpus is None
@@ -237,7 +237,7 @@ def test_both_runners_time_on_one_core_and_are_let_go_after(monkeypatch):
     assert {cpus for _who, what, cpus in log if what == "pinned:time"} == {None}
     monkeypatch.setenv(quiet.TIMING_CPU_ENV, "off")
     log.clear()
-    ev.confirm("source")
+    ev.retime("source")
     assert {cpus for _who, what, cpus in log if what == "pinned:time_round"} == {None}
 
 

@@ -48,10 +48,10 @@ def test_a_runner_primed_for_other_cases_is_sent_the_current_inputs_again():
 
     from farm.evaluate.trusted import TrustedSide
 
-    search_cases, confirm_cases = [([1], [2])], [([3], [4])]
+    search_cases, retime_cases = [([1], [2])], [([3], [4])]
     primed = types.SimpleNamespace(cached_inputs={"pt", "seed0", "seed1"}, primed_for=search_cases)
-    side = types.SimpleNamespace(pool=types.SimpleNamespace(take=lambda **_: primed), _cases=confirm_cases)
+    side = types.SimpleNamespace(pool=types.SimpleNamespace(take=lambda **_: primed), _cases=retime_cases)
     assert TrustedSide._take_runner(side).cached_inputs == {"pt"}
-    again = types.SimpleNamespace(cached_inputs={"pt", "seed0"}, primed_for=confirm_cases)
+    again = types.SimpleNamespace(cached_inputs={"pt", "seed0"}, primed_for=retime_cases)
     side.pool.take = lambda **_: again
     assert TrustedSide._take_runner(side).cached_inputs == {"pt", "seed0"}  # primed for these very cases

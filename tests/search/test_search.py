@@ -321,7 +321,7 @@ def test_unknown_timing_mode_is_a_clear_error(cli):
 
 class ScriptedEvaluator:
     """Answers what a search asks of an evaluator (farm.search.context.SearchEvaluator): every
-    candidate passes at a fixed time; `confirm` returns the re-timing the test scripts (ratios of
+    candidate passes at a fixed time; `retime` returns the re-timing the test scripts (ratios of
     interleaved rounds against the Model)."""
 
     def __init__(self, spec, ratios, model_runs=True):
@@ -330,7 +330,7 @@ class ScriptedEvaluator:
         self.spec, self.ratios, self.runs = spec, ratios, model_runs
         self.settings = EvalSettings.for_device(spec)
         self.summary = speedup.summarize(ratios) if model_runs else None
-        self.confirmed = []
+        self.retimed = []
 
     def fixed_costs(self):
         return {"cases": None, "baseline": {"model_ms": 0.02, "reference_ms": 0.03}}
@@ -355,8 +355,8 @@ class ScriptedEvaluator:
         return EvalResult(verdict="pass", timing=timing, speedup_vs_model=5.0, speedup_vs_reference=6.0,
                           comparison={"op_mode": "graph"}, limit={"limit_ms": 0.002, "fraction": 0.5})
 
-    def confirm(self, source, name=""):
-        self.confirmed.append(name)
+    def retime(self, source, name=""):
+        self.retimed.append(name)
         timing = {"median_ms": 0.005, "mode": "graph", "mode_reason": "scripted"}
         return {"runner": "fresh", "time_ms": 0.005, "timing": timing, "model": self.summary, "reference": None,
                 "limit": {"limit_ms": 0.002, "fraction": 0.4}}
@@ -390,7 +390,7 @@ def test_promotion_rests_on_the_fresh_re_timing_against_the_model(demo_store, ra
     config = SearchConfig(max_tasks=2, max_concurrent=1, chunk_size=2, generators=("tune",), early_stop=False)
     ctx = SearchContext(store, run, "cpu", [CPU], [load_generator("tune")], config, evaluator_factory=factory)
     outcome = OpSearch(refs["row_sum"], data, ctx).run(force=True)
-    assert made[0].confirmed == [f"{outcome.best_id}-confirm"]  # the best, once, in a fresh runner
+    assert made[0].retimed == [f"{outcome.best_id}-retime"]  # the best, once, in a fresh runner
     assert outcome.promoted is promoted and why in outcome.promotion
     report = load_report(store, run, "demo", "row_sum")
     assert report["promotion"]["allowed"] is promoted and report["confirmation"]["runner"] == "fresh"
