@@ -28,7 +28,7 @@ PER_CALL_KEYS = ("median_ms", "min_ms", "rse", "reps", "stop_reason", "host_medi
 
 
 class Comparison(EvaluatorState):
-    """Mixed into Evaluator; every method uses its runners (`candidates`, `references`)."""
+    """Mixed into Evaluator; every method uses its runners (`candidates`, `trusted`)."""
 
     _pinned = False  # a timing of this evaluator holds the device and has pinned its runners
     _cut = 0
@@ -55,7 +55,7 @@ class Comparison(EvaluatorState):
             if cpu is None:
                 yield
                 return
-            runners = [r for r in (self.candidates, self.references) if r is not None]
+            runners = [r for r in (self.candidates, self.trusted) if r is not None]
             self._pinned = True
             for runner in runners:
                 runner.pin({cpu})
@@ -97,15 +97,15 @@ class Comparison(EvaluatorState):
         """Model and Reference kept side by side in the trusted runner, on the secret input
         sets the candidates are timed on; {slot: "" if loaded else why not}. Reloaded after
         the runner was replaced."""
-        if self._slots is not None and self._slots[0] == (id(self.references), self.references.starts) \
-                and self.references.alive:
+        if self._slots is not None and self._slots[0] == (id(self.trusted), self.trusted.starts) \
+                and self.trusted.alive:
             return self._slots[1]
         keys, cases = self._time_cases()
         slots: dict[str, str] = {}
         wanted = ["Model"] + (["Reference"] if self.task.reference_cls is not None else [])
         for which in wanted:
             try:
-                reply = self.references.call("load_task", self.settings.limits.compile_s,
+                reply = self.trusted.call("load_task", self.settings.limits.compile_s,
                                              path=str(self.ref.path.resolve()), source=self.ref.source,
                                              shapes=self.shapes, which=which, init_inputs=self.init_inputs, slot=which,
                                              policy=self.ref.policy, reference=self.task.reference_cls.__name__
@@ -114,11 +114,11 @@ class Comparison(EvaluatorState):
             except SandboxDied as exc:
                 slots[which] = str(exc)[-300:]
         for key, (inputs, _expected) in zip(keys, cases):
-            if key not in self.references.cached_inputs:
-                reply = self.references.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs)
+            if key not in self.trusted.cached_inputs:
+                reply = self.trusted.call("put_inputs", self.settings.limits.run_s, key=key, inputs=inputs)
                 if reply.ok:
-                    self.references.cached_inputs.add(key)
-        self._slots = ((id(self.references), self.references.starts), slots)
+                    self.trusted.cached_inputs.add(key)
+        self._slots = ((id(self.trusted), self.trusted.starts), slots)
         return slots
 
     def op_timing(self) -> dict:
@@ -133,7 +133,7 @@ class Comparison(EvaluatorState):
                 per_call = self.baseline().get(f"{original.lower()}_ms") or 0.01
                 calls = timing.graph_calls_for(per_call, len(keys))
                 try:
-                    reply = self.references.call("time_round", self.settings.limits.time_s, slot=original, keys=keys,
+                    reply = self.trusted.call("time_round", self.settings.limits.time_s, slot=original, keys=keys,
                                                  mode="graph", reps=self.settings.round_reps, calls=calls,
                                                  inplace_args=self.task.inplace_args)
                 except SandboxDied:  # the capture took the runner down
@@ -158,7 +158,7 @@ class Comparison(EvaluatorState):
         runner once per device and process, not once per op (it is the device's, and each
         measurement held the device for about half a second of every op's search)."""
         if self._floor is None:  # {"limits": None} keeps a failed measurement from being retried per candidate
-            name = getattr(self.references, "device_info", {}).get("name", "")
+            name = getattr(self.trusted, "device_info", {}).get("name", "")
             floor = _FLOORS.get(self.spec.label) or limits.cached_floor(name, self._measure_floor)
             if floor:
                 _FLOORS[self.spec.label] = floor
@@ -167,7 +167,7 @@ class Comparison(EvaluatorState):
 
     def _measure_floor(self) -> dict | None:
         try:
-            reply = self.references.call("device_limits", self.settings.limits.time_s)
+            reply = self.trusted.call("device_limits", self.settings.limits.time_s)
         except SandboxDied:
             return None
         return reply.get("limits") if reply.ok else None
@@ -181,7 +181,7 @@ class Comparison(EvaluatorState):
                     flush=self.settings.timing.get("flush", "write"), outputs=outputs)
         timed_calls = reps * (calls or 1)
         if who != speedups.CANDIDATE:
-            reply = self._clock.time(who, mode, timed_calls, lambda: self.references.call(
+            reply = self._clock.time(who, mode, timed_calls, lambda: self.trusted.call(
                 "time_round", self.settings.limits.time_s, slot=who, **args), exempt=outputs)
             if reply.ok and reply.get("captured") and self._clock.rounds:
                 self._clock.rounds[-1].exempt = True  # the trusted runner's word: it never runs candidate code
@@ -407,17 +407,17 @@ class Comparison(EvaluatorState):
     def _independent(self) -> Iterator[None]:
         """A trusted runner of its own and secret cases drawn for it, for the re-timing; the
         search's are put back after (the search's runners hold nothing the re-timing uses)."""
-        saved = (self.references, self._cases, self._seeds, self._slots)
-        self.references = self._new_trusted()
+        saved = (self.trusted, self._cases, self._seeds, self._slots)
+        self.trusted = self._new_trusted()
         self._slots = None
         try:
-            self.references.ensure_started()
+            self.trusted.ensure_started()
             if not self.uses_seed_sets:  # else the stored secret sets are all the truth there is
                 drawn, seeds = self.draw_cases(self.settings.fresh_seeds, fresh=True, prefix="retime")
                 self._cases, self._seeds = drawn + (saved[1] or [])[-self._probe_count():], seeds
             yield
         finally:
-            fresh, (self.references, self._cases, self._seeds, self._slots) = self.references, saved
+            fresh, (self.trusted, self._cases, self._seeds, self._slots) = self.trusted, saved
             close_all([fresh])
 
     def _retime(self, source: str, name: str) -> dict:
@@ -429,7 +429,7 @@ class Comparison(EvaluatorState):
         started = self._started = time.monotonic()
         self.candidates = self._take_runner()
         try:
-            self.references.ensure_started()
+            self.trusted.ensure_started()
             with self._device(VERIFICATION):
                 first = self._compile(source, name)
                 self._verify(first, result)  # re-verified on the re-timing's own secret cases

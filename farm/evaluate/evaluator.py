@@ -26,7 +26,7 @@ The parts, along the trust line (docs/evaluator.md, "Trust"):
     candidate runner  a fresh process per candidate, from a warm pool (farm.evaluate.pool,
                       farm.evaluate.sandbox): runs the candidate, returns plain outputs; its
                       claims (launches, threads, timings) are evidence, never the decision
-    trusted runner    the task's Model and Reference (`references`): the truth on fresh
+    trusted runner    the task's Model and Reference (`trusted`): the truth on fresh
                       secret seeds and the baselines; never runs candidate code
     verifier          this process: outputs against each case's truth (farm.evaluate.verifier)
     timer             this process's clock over every round (farm.evaluate.timer)
@@ -116,7 +116,7 @@ class Evaluator(TrustedSide, Comparison):
         self.pool = RunnerPool(spec, self.settings.limits, self.boundary, self.settings.warm_runners,
                                configure=self._configure, prime=self._prime)
         self.candidates: Sandbox | None = None
-        self.references = self._new_trusted()
+        self.trusted = self._new_trusted()
         self._cases: list[tuple[list, list]] | None = None
         self._seeds: list[int | None] = []
         self._baseline: dict | None = None
@@ -165,7 +165,7 @@ class Evaluator(TrustedSide, Comparison):
             result.verdict, result.reason = died.kind, str(died).splitlines()[0]
             result.log = str(died)
         finally:
-            result.device = getattr(self.candidates, "device_info", None) or getattr(self.references, "device_info", {})
+            result.device = getattr(self.candidates, "device_info", None) or getattr(self.trusted, "device_info", {})
             self._retire()
         result.stage_s["total"] = time.monotonic() - started
         result.sandbox = self.boundary.kind
@@ -200,7 +200,7 @@ class Evaluator(TrustedSide, Comparison):
         if self.candidates is None:
             self.candidates = self._take_runner()
         self.candidates.ensure_started()
-        self.references.ensure_started()
+        self.trusted.ensure_started()
 
     def _stages(self, source: str, name: str, result: EvalResult, bar: float | None = None) -> list:
         stages = [("compile", lambda _: self._compile(source, name)), ("verify", lambda first: self._verify(first, result))]
@@ -405,8 +405,8 @@ class Evaluator(TrustedSide, Comparison):
         Started here if it has not yet: a later chunk reuses the stored fixed costs, so nothing
         else has started it when the search reads the device, and an empty name made promotion
         take the result for another device's and replace the best without comparing times."""
-        self.references.ensure_started()
-        return self.references.device_info
+        self.trusted.ensure_started()
+        return self.trusted.device_info
 
     def compile_ahead(self, specs: list[DeviceSpec], size: int, target: str) -> CompileAhead:
         """`size` compile-ahead runners (farm.evaluate.ahead) over `specs`, set up as this
@@ -415,7 +415,7 @@ class Evaluator(TrustedSide, Comparison):
                             configure=self._configure, prime=self._prime, secrets=self.secrets)
 
     def close(self) -> None:
-        close_all([self.pool] + [b for b in (self.candidates, self.references) if b is not None])
+        close_all([self.pool] + [b for b in (self.candidates, self.trusted) if b is not None])
         self.candidates = None
 
     def __enter__(self) -> Evaluator:

@@ -68,7 +68,7 @@ def _time_case(ev, case, mode: str, rounds: int) -> tuple[dict | None, float | N
     ev._clock = RoundClock(lead_allowed=outer_clock.lead_allowed)
     try:
         ev.candidates.cached_inputs.discard(RUNNER_KEY)  # this case replaces the one the runner kept
-        trusted = ev.references
+        trusted = ev.trusted
         if getattr(trusted, "space_case", None) != (case.key, trusted.starts) or RUNNER_KEY not in trusted.cached_inputs:
             trusted.cached_inputs.discard(RUNNER_KEY)  # (its graphs of the last case go with it: sandbox_child)
             if trusted.call("put_inputs", ev.settings.limits.run_s, key=RUNNER_KEY, inputs=case.inputs).ok:

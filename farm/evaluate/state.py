@@ -44,7 +44,7 @@ class EvaluatorState:
     verifier: Verifier
     pool: RunnerPool
     candidates: Sandbox | None  # the current candidate's runner, during evaluate()
-    references: Sandbox  # the trusted runner
+    trusted: Sandbox  # the trusted runner
     lease: DeviceLease
     backward: BackwardCheck | None
     _cases: list[tuple[list, list]] | None  # the secret cases: (inputs, truth)

@@ -23,7 +23,7 @@ PROBES = 3  # input sets never shown to a candidate before its first timed call 
 
 
 class TrustedSide(EvaluatorState):
-    """Mixed into Evaluator: the trusted runner (`references`), the cases and the baselines."""
+    """Mixed into Evaluator: the trusted runner (`trusted`), the cases and the baselines."""
 
     def _new_trusted(self) -> Sandbox:
         """A trusted runner: the task file runs there; it may import from its folder, and
@@ -64,7 +64,7 @@ class TrustedSide(EvaluatorState):
         return box
 
     def _load_trusted(self, which: str) -> Reply:
-        return self.references.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
+        return self.trusted.call("load_task", self.settings.limits.compile_s, path=str(self.ref.path.resolve()),
                                     source=self.ref.source, shapes=self.shapes, which=which,
                                     init_inputs=self.init_inputs, policy=self.ref.policy,
                                     reference=self.task.reference_cls.__name__ if self.task.reference_cls else None)
@@ -74,12 +74,12 @@ class TrustedSide(EvaluatorState):
         if not reply.ok:
             raise FarmError(f"{self.ref.path}: {which} cannot be built on {self.spec.label}: "
                             f"{self._clean(str(reply.get('error')), REASON_CHARS)}")
-        return self.references.with_inputs("run", self.settings.limits.compile_s, key, inputs, poison=False)
+        return self.trusted.with_inputs("run", self.settings.limits.compile_s, key, inputs, poison=False)
 
     def reference_backward(self, key: str, inputs: list, indices: list[int], upstream: list) -> Reply:
         """Reference's gradients on an input set, in the trusted runner."""
         loaded = self._load_trusted("Reference")
-        reply = self.references.with_inputs("run_backward", self.settings.limits.compile_s, key, inputs,
+        reply = self.trusted.with_inputs("run_backward", self.settings.limits.compile_s, key, inputs,
                                             indices=indices, grad_outputs=upstream) if loaded.ok else loaded
         if not reply.ok:
             raise FarmError(f"{self.ref.path}: Reference's backward fails on {self.spec.label}: {reply.get('error')}")
@@ -194,19 +194,19 @@ class TrustedSide(EvaluatorState):
     def _time_baseline(self, which: str, key: str, base: dict) -> None:
         """Loaded and run once as a verification, then timed alone: only the timing calls hold
         the device from other ops."""
-        self.references.ensure_started()
+        self.trusted.ensure_started()
         with self._device(device_lease.VERIFICATION):
             run = self._reference_run(which, "pt", self.inputs)
         if not run.ok:
             base[f"{key}_error"] = run.get("error", "")[-300:]
             return
         with self._device(device_lease.TIMING):
-            reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"], options=self.settings.timing)
+            reply = self.trusted.call("time", self.settings.limits.time_s, keys=["pt"], options=self.settings.timing)
             if reply.ok:
                 base[f"{key}_ms"] = reply["stats"]["median_ms"]
                 base[f"{key}_timing"] = reply["stats"]
             if self.backward is not None:
-                reply = self.references.call("time", self.settings.limits.time_s, keys=["pt"],
+                reply = self.trusted.call("time", self.settings.limits.time_s, keys=["pt"],
                                              options=self.backward.timing_options(self.data["grad_outputs"]))
                 if reply.ok:
                     base[f"{key}_fwd_bwd_ms"] = reply["stats"]["median_ms"]

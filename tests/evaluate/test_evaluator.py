@@ -393,7 +393,7 @@ def test_candidate_runner_never_receives_expected_outputs(ev, refs, monkeypatch)
     real_call = Sandbox.call
 
     def recording_call(box, cmd, timeout_s, **args):
-        if box is not ev.references:
+        if box is not ev.trusted:
             sent.append((cmd, args))
         return real_call(box, cmd, timeout_s, **args)
 
@@ -651,8 +651,8 @@ def test_a_signal_while_one_runner_closes_leaves_none_behind():
                 raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        close_all([Box("ahead"), Box("candidates", interrupt=True), Box("references")])
-    assert closed == ["ahead", "candidates", "references"]
+        close_all([Box("ahead"), Box("candidates", interrupt=True), Box("trusted")])
+    assert closed == ["ahead", "candidates", "trusted"]
 
 
 LEFT_OPEN = """

@@ -58,8 +58,8 @@ def _evaluator(log: list):
     ev.ref = types.SimpleNamespace(path=types.SimpleNamespace(resolve=lambda: "/task.py"), source="s", policy=None)
     ev.shapes, ev.init_inputs, ev.inputs, ev.backward = "bench", [], [], None
     ev.candidates = Runner("candidates", ev.lease, log)
-    ev.references = Runner("references", ev.lease, log)
-    ev._new_trusted = lambda: Runner("references", ev.lease, log)  # the re-timing's own
+    ev.trusted = Runner("trusted", ev.lease, log)
+    ev._new_trusted = lambda: Runner("trusted", ev.lease, log)  # the re-timing's own
 
     def take(**_):  # a fresh runner per candidate, started ahead (outside any hold)
         runner = Runner("candidates", ev.lease, log, dict(replies))
@@ -155,7 +155,7 @@ def test_a_baseline_is_run_as_a_verification_and_timed_alone():
     ev._baseline = None
     base = ev.baseline()
     assert base["model_ms"] == 0.01
-    phases = {what: phase for who, what, phase in log if who == "references" and not what.startswith("pinned:")}
+    phases = {what: phase for who, what, phase in log if who == "trusted" and not what.startswith("pinned:")}
     assert phases == {"start": None, "load_task": "verification", "run": "verification", "time": "timing"}
 
 
@@ -167,7 +167,7 @@ def test_the_device_floor_is_measured_once_per_device_and_process(monkeypatch):
         ev = _evaluator(log)
         del ev.floor
         ev._floor = None
-        ev.references.replies["device_limits"] = {"ok": True, "limits": limits}
+        ev.trusted.replies["device_limits"] = {"ok": True, "limits": limits}
         assert ev.floor() == limits
     assert [what for _who, what, _phase in log if what == "device_limits"] == ["device_limits"]
 
@@ -228,8 +228,8 @@ def test_both_runners_time_on_one_core_and_are_let_go_after(monkeypatch):
     _faster_candidate(ev)
     assert "error" not in ev.retime("source")
     pinned = {(who, cpus) for who, what, cpus in log if what == "pinned:time_round"}
-    assert pinned == {("candidates", frozenset({core})), ("references", frozenset({core}))}
-    assert all(r.cpus is None for r in ev.pool.runners) and ev.references.cpus is None
+    assert pinned == {("candidates", frozenset({core})), ("trusted", frozenset({core}))}
+    assert all(r.cpus is None for r in ev.pool.runners) and ev.trusted.cpus is None
     log.clear()
     del ev.baseline
     ev._baseline = None
@@ -257,7 +257,7 @@ def test_of_a_candidates_stages_only_the_compared_rounds_are_pinned(monkeypatch)
     seen = {}
 
     def stage(name):
-        return lambda first: seen.setdefault(name, (ev.candidates.cpus, ev.references.cpus))
+        return lambda first: seen.setdefault(name, (ev.candidates.cpus, ev.trusted.cpus))
 
     ev._stages = lambda source, name, result, bar=None: [(s, stage(s)) for s in ("compile", "verify", "probes",
                                                                                  "time", "compare")]
@@ -269,7 +269,7 @@ def test_of_a_candidates_stages_only_the_compared_rounds_are_pinned(monkeypatch)
     ev.evaluate("source")
     assert seen["compare"] == ({core}, {core})
     assert all(seen[s] == (None, None) for s in ("compile", "verify", "probes", "time"))
-    assert all(r.cpus is None for r in ev.pool.runners) and ev.references.cpus is None
+    assert all(r.cpus is None for r in ev.pool.runners) and ev.trusted.cpus is None
 
 
 def test_a_host_time_suspicion_is_measured_again_in_the_same_hold_without_the_probes():

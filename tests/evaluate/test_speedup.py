@@ -298,7 +298,7 @@ def test_a_graph_that_replays_outputs_cached_at_capture_fails_on_new_data_in_its
     ev.verifier = Verifier(DEFAULT_TOLERANCE)
     ev._time_cases = lambda: (["seed0", "seed1"], [([], [right0]), ([], [right1])])
     ev._call = call
-    ev.references = types.SimpleNamespace(call=lambda cmd, timeout, **a: reply_for(
+    ev.trusted = types.SimpleNamespace(call=lambda cmd, timeout, **a: reply_for(
         "time_round", {"ok": True, "samples": [0.003] * 4}))
     with pytest.raises(Stop, match="input set seed1 \\(graph\\)"):
         ev._compare_all(EvalResult(verdict="pass"))
