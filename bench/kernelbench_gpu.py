@@ -8,7 +8,7 @@ captures in parallel child processes, beside a torch.compile(Model) per op that 
 on-disk cache for phase B's compile); then, one op at a time on the GPU (phase B, nothing
 else running), the kernelbench profile's rules (farm.evaluate.profiles):
   - correctness: 5 trials, seeds derived from seed 0, Model built under seed 0, outputs
-    compared with atol = rtol = 1e-4 (fp32) / 1e-2 (half types) by farm.runtime.compare;
+    compared with atol = rtol = 1e-4 (fp32) / 1e-2 (half types) by farm.runtime.tolerance;
   - timing: farm.evaluate.timing.measure with the profile's options (1 warm call, 100 reps,
     256 MB cache flush written before each rep, CUDA events), the mean, for the eager Model,
     torch.compile(Model) (mode default) and the candidate, interleaved per op;
@@ -125,7 +125,7 @@ def _bench(path: str, source: str | None, verify: bool = True) -> dict:
     from farm.corpus import tasks as taskfiles
     from farm.evaluate import profiles
     from farm.evaluate.timing import DeviceTimer
-    from farm.runtime import compare
+    from farm.runtime import tolerance
     from farm.runtime.tensors import seed_all
     from farm.targets import resolve_device
 
@@ -154,12 +154,12 @@ def _bench(path: str, source: str | None, verify: bool = True) -> dict:
         for trial in range(kb.fresh_seeds if verify else 0):
             seed_all(profiles.trial_seed(0, trial))
             trial_inputs = _draw_on_gpu(task)
-            expected = compare.as_output_list(model(*trial_inputs))
-            got = compare.as_output_list(new(*trial_inputs))
-            # compared on the GPU, in chunks (farm.runtime.compare): a host copy of a 6 GiB output
+            expected = tolerance.as_output_list(model(*trial_inputs))
+            got = tolerance.as_output_list(new(*trial_inputs))
+            # compared on the GPU, in chunks (farm.runtime.tolerance): a host copy of a 6 GiB output
             # was most of an op's time on the H100
-            checks = compare.compare_outputs(got, expected, kb.tolerance)
-            if not compare.all_ok(checks):
+            checks = tolerance.compare_outputs(got, expected, kb.tolerance)
+            if not tolerance.all_ok(checks):
                 row["verdict"] = "mismatch"
                 row["reason"] = f"trial {trial}: " + "; ".join(c.reason for c in checks if not c.ok)[:300]
                 return row

@@ -27,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from farm.evaluate import ahead, comparison, evaluator, lease, sandbox  # noqa: E402
+from farm.evaluate import ahead, evaluator, lease, sandbox  # noqa: E402
+from farm.evaluate.rounds import Comparison  # noqa: E402
 
 CALLS: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
 HOLDS: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
@@ -38,8 +39,8 @@ _depth = threading.local()
 WRAPPED = {
     evaluator.Evaluator: ("evaluate", "_compile", "_verify", "_put_probes", "_time", "_static", "_frontend",
                           "_start_runners", "baseline", "_time_baseline", "_all_cases", "_fwd_bwd_speedups"),
-    comparison.Comparison: ("_compare_all", "_interleave", "op_timing", "_baseline_slots", "floor",
-                            "_put_time_cases", "null_check", "_retime", "_check_timed_outputs", "_limit"),
+    Comparison: ("_compare_all", "_interleave", "op_timing", "_baseline_slots", "floor",
+                 "_put_time_cases", "null_check", "_retime", "_check_timed_outputs", "_limit"),
     sandbox.Sandbox: ("start", "pin", "kill", "call", "with_inputs", "pause", "resume"),
     ahead.CompileAhead: ("prepare",),
 }

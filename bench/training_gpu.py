@@ -85,8 +85,8 @@ def _step_fns(module, inputs: list, indices: list[int], seed: int):
     import torch
 
     from farm.runtime import grads
-    from farm.runtime.compare import as_output_list
     from farm.runtime.tensors import to_cpu
+    from farm.runtime.tolerance import as_output_list
 
     leaves = [inputs[i].detach().requires_grad_(True) for i in indices]
     args = list(inputs)

@@ -16,7 +16,7 @@ from farm.corpus import modes
 from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_init_inputs, draw_inputs
 from farm.corpus.tasks import TaskRef
-from farm.runtime import compare, grads
+from farm.runtime import grads, tolerance
 from farm.runtime.isolation import run_in_child
 from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
 from farm.targets import DeviceSpec
@@ -43,9 +43,9 @@ def _timed_forward(model, inputs: list, spec: DeviceSpec) -> tuple[Any, float]:
 
 def _drift(task: taskfiles.Task, out, again, dtypes_in: list) -> str:
     """"" when two runs of Model agree within the task's tolerance, else what differs."""
-    checks = compare.compare_outputs(compare.as_output_list(to_cpu(again)), compare.as_output_list(to_cpu(out)),
-                                     compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))
-    summary = compare.summarize(checks)
+    checks = tolerance.compare_outputs(tolerance.as_output_list(to_cpu(again)), tolerance.as_output_list(to_cpu(out)),
+                                       tolerance.through_inputs(task.tolerance, dtypes_in, task.tolerance))
+    summary = tolerance.summarize(checks)
     if summary["ok"]:
         return ""
     return "Model is not deterministic: two runs on the same inputs differ (" + "; ".join(summary["failures"]) + ")"
@@ -93,9 +93,9 @@ def check_op_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpec
     taskfiles.check_outputs(task, task.model_cls, out)
     taskfiles.check_outputs(task, task.truth_cls, expected)
     shapes_in, dtypes_in = describe_values(inputs)
-    checks = compare.compare_outputs(compare.as_output_list(to_cpu(out)), compare.as_output_list(to_cpu(expected)),
-                                     compare.through_inputs(task.tolerance, dtypes_in, task.tolerance))
-    summary = compare.summarize(checks)
+    checks = tolerance.compare_outputs(tolerance.as_output_list(to_cpu(out)), tolerance.as_output_list(to_cpu(expected)),
+                                       tolerance.through_inputs(task.tolerance, dtypes_in, task.tolerance))
+    summary = tolerance.summarize(checks)
     drift = _drift(task, out, again, dtypes_in)
     if drift:
         summary = {**summary, "ok": False, "failures": [drift, *summary["failures"]]}

@@ -5,7 +5,8 @@ runtime_error, timeout, crash, mismatch, cheat, pass) with how it was verified a
 Static checks of the source (static_checks) come first; the candidate then runs in a fresh
 interpreter on the pinned device (sandbox, the parent side; sandbox_child, the child side),
 inside an operating-system boundary where one can be set up (boundary: bubblewrap);
-timing has one recipe for every target (timing); evaluator drives the stages.
+timing has one recipe for every target (timing), and a candidate and its baselines are timed
+in alternating rounds (rounds); evaluator drives the stages.
 
 May import: farm.errors, farm.config, farm.pyast, farm.targets, farm.runtime, farm.storage,
 farm.observe, farm.corpus.tasks, farm.reference.generate, farm.reference.fitted, farm.ascend.

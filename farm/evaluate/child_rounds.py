@@ -12,9 +12,9 @@ import torch
 
 from farm.evaluate import timing
 from farm.runtime import pointers
-from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import clone_values, to_cpu
+from farm.runtime.tolerance import as_output_list
 
 if TYPE_CHECKING:
     from farm.targets import DeviceSpec

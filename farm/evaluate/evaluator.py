@@ -49,18 +49,18 @@ from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
 from farm.evaluate import pids, profiles, space_cases, static_checks, timed_checks, timing
 from farm.evaluate.ahead import CompileAhead
-from farm.evaluate.comparison import Comparison
 from farm.evaluate.eval_settings import EvalSettings
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.protocol import Reply
 from farm.evaluate.result import LOG_CHARS, REASON_CHARS, EvalResult
 from farm.evaluate.result import Stop as _Stop
+from farm.evaluate.rounds import Comparison
 from farm.evaluate.sandbox import Sandbox, SandboxDied, close_all
 from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.verifier import Verifier
 from farm.masking import mask_secrets, secret_values
 from farm.reference.fitted import fitted
-from farm.runtime import compare
+from farm.runtime import tolerance
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import identical
 from farm.targets import DeviceSpec
@@ -100,7 +100,7 @@ class Evaluator(TrustedSide, Comparison):
         # rests on the .pt alone, and every verdict says so (farm.evaluate.verified)
         self.pt_only = self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets
         # the profile's tolerances, over them the task's own TOLERANCE, no finer than the inputs
-        self.tolerance = compare.through_inputs({**self.profile.tolerance, **self.task.tolerance},
+        self.tolerance = tolerance.through_inputs({**self.profile.tolerance, **self.task.tolerance},
                                                 ref_data.get("input_dtypes"), self.task.tolerance)
         self.init_inputs = list(ref_data["init_inputs"])
         self.inputs = list(ref_data["inputs"])

@@ -1,5 +1,5 @@
 """What an evaluation returns, and how a stage ends it: shared by the evaluator and its
-comparison (farm.evaluate.comparison)."""
+comparison (farm.evaluate.rounds)."""
 
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ from farm.evaluate import protocol, timing, wire
 from farm.evaluate.child_rounds import RoundsMixin, _kind
 from farm.evaluate.child_trusted import TrustedMixin
 from farm.runtime import grads, pointers
-from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import clone_values, to_cpu, to_device
+from farm.runtime.tolerance import as_output_list
 
 _counter = itertools.count()
 _torch_load = torch.load

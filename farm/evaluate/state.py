@@ -1,5 +1,5 @@
 """What an Evaluator (farm.evaluate.evaluator) holds, declared once for its parts: the trusted
-side (farm.evaluate.trusted) and the comparison (farm.evaluate.comparison) are mixins that use
+side (farm.evaluate.trusted) and the comparison (farm.evaluate.rounds) are mixins that use
 the Evaluator's state and each other's methods. Declarations only, for the type check: the
 Evaluator's __init__ sets every attribute, and each method is defined in the part named beside
 it. Nothing here exists at run time but the class."""
@@ -61,7 +61,7 @@ class EvaluatorState:
         def _put(self, key: str, inputs: list) -> None: ...
         def _retire(self) -> None: ...
 
-        # farm.evaluate.comparison.Comparison
+        # farm.evaluate.rounds.Comparison
         def _device(self, phase: str, pin: bool = False) -> AbstractContextManager[None]: ...
 
         # farm.evaluate.trusted.TrustedSide

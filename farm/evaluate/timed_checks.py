@@ -14,7 +14,7 @@ from typing import Callable
 
 from farm.evaluate.protocol import Reply
 from farm.evaluate.result import Stop
-from farm.runtime import compare
+from farm.runtime.tolerance import all_ok, compare_outputs
 
 # timed calls this much faster than calls on never-seen inputs were served from a cache (the
 # CPU interpreter's timings are noisier: a wider margin there)
@@ -37,7 +37,7 @@ def check(reply: Reply | dict, cases: dict, tolerance, target, unseen_work_ratio
         raise Stop("cheat", f"{reply['min_calls']} timed calls launched only {reply['launches']} Triton kernels")
     for key, expected in cases.items():
         got = reply["outputs"].get(key)
-        if got is None or not compare.all_ok(compare.compare_outputs(got, expected, tolerance)):
+        if got is None or not all_ok(compare_outputs(got, expected, tolerance)):
             raise Stop("cheat", f"the timed calls on input set {key} did not compute the verified outputs")
     if not stats["median_ms"] > 0:
         raise Stop("cheat", "the timer reports no time at all")

@@ -18,7 +18,7 @@ gross claim (a forged 15x or 1850x, tests/evaluate/test_trust_line.py) fails. Be
 CUDA, per-call rounds may hold lead spins the runner adds while its host is slower than the
 device (farm.evaluate.timing); up to MAX_LEAD_MS per call of them is allowed, so there the
 bound is looser for kernels under about a millisecond. The re-timing before
-promotion (farm.evaluate.comparison.retime) runs again in fresh runners, and its rounds are
+promotion (farm.evaluate.rounds.retime) runs again in fresh runners, and its rounds are
 held to the same clock.
 """
 

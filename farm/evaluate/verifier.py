@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from farm.evaluate.result import Stop
-from farm.runtime import compare
 from farm.runtime.tensors import describe_values, identical
+from farm.runtime.tolerance import all_ok, compare_outputs
 
 
 @dataclass
@@ -43,18 +43,18 @@ class Verifier:
         self.tolerance = tolerance
 
     def checks(self, got: list, case: Case) -> list:
-        return compare.compare_outputs(got, case.expected, self.tolerance)
+        return compare_outputs(got, case.expected, self.tolerance)
 
     def check(self, got: list, case: Case, verdict: str = "mismatch", what: str = "") -> list:
         """The per-output checks; raises Stop(verdict) naming the case where any fails."""
         checks = self.checks(got, case)
-        if not compare.all_ok(checks):
+        if not all_ok(checks):
             failures = "; ".join(f"output {c.index}: {c.reason}" for c in checks if not c.ok)
             raise Stop(verdict, f"{what or case.describe()}: {failures}")
         return checks
 
     def ok(self, got: list | None, case: Case) -> bool:
-        return got is not None and compare.all_ok(self.checks(got, case))
+        return got is not None and all_ok(self.checks(got, case))
 
     def check_seed(self, got: list, case: Case, first: list) -> None:
         """A fresh case: wrong outputs equal to those of other inputs are cached or hard-coded."""

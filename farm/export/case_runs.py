@@ -21,9 +21,9 @@ from pathlib import Path
 def run(spec: dict) -> None:
     import torch
 
-    from farm.runtime.compare import as_output_list
     from farm.runtime.grads import forward_backward
     from farm.runtime.tensors import clone_values, to_cpu, to_device
+    from farm.runtime.tolerance import as_output_list
 
     data = torch.load(spec["inputs_file"], weights_only=True)
     module_spec = importlib.util.spec_from_file_location("_kfarm_case_kernel", spec["kernel_file"])

@@ -27,8 +27,8 @@ from farm.corpus.inputs import draw_init_inputs, draw_inputs
 from farm.errors import FarmError
 from farm.export import package_envelope
 from farm.runtime import grads
-from farm.runtime.compare import all_ok, as_output_list, compare_outputs, through_inputs
 from farm.runtime.tensors import clone_values, describe_values, own_generator, to_cpu, to_device
+from farm.runtime.tolerance import all_ok, as_output_list, compare_outputs, through_inputs
 
 DEFAULT_CASES = 8
 

@@ -150,7 +150,7 @@ def readme(index: dict[str, Any]) -> str:
               "its outputs against the stored reference data (the .pt made by the original Model on the source",
               "device), a second run with bitwise-identical output, inputs left unchanged, Triton launches",
               "observed at run time, and, as listed below, inputs it had never seen. Tolerances:",
-              "farm/runtime/compare.py. Times are medians of device-event timings behind a cache flush; speedups",
+              "farm/runtime/tolerance.py. Times are medians of device-event timings behind a cache flush; speedups",
               "compare with the original Model and the PyTorch Reference timed the same way.", ""]
     for k in kernels:
         v = k.get("verified") or {}

@@ -38,8 +38,8 @@ from farm.export.package_envelope import describe
 from farm.export.package_layers import recognise
 from farm.export.package_text import CONFTEST, op_doc, op_init, op_tests, package_init, pyproject, readme
 from farm.reference.manifest import now
-from farm.runtime.compare import DEFAULT_TOLERANCE, through_inputs
 from farm.runtime.tensors import own_generator
+from farm.runtime.tolerance import DEFAULT_TOLERANCE, through_inputs
 from farm.search.results import best_record, best_speedup, kernel_prefix, kernel_source, op_prefix
 from farm.storage import Store, owned
 

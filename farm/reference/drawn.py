@@ -311,7 +311,7 @@ def check_samples(outputs: list, recorded: list, tolerance: dict) -> list[str]:
     (the profile's tolerances); [] where it agrees."""
     import torch
 
-    from farm.runtime.compare import compare_outputs
+    from farm.runtime.tolerance import compare_outputs
 
     if len(outputs) != len(recorded):
         return [f"{len(outputs)} outputs, the reference data records {len(recorded)}"]

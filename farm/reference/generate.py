@@ -27,9 +27,9 @@ from farm.reference import cases as ref_cases
 from farm.reference import drawn, manifest, seedsets
 from farm.reference.ptfile import load_pt_file
 from farm.runtime import grads, isolation, pointers
-from farm.runtime.compare import as_output_list
 from farm.runtime.isolation import run_in_child
 from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
+from farm.runtime.tolerance import as_output_list
 from farm.storage import Store
 from farm.storage.base import sha256_file
 from farm.targets import DeviceSpec

@@ -21,7 +21,7 @@ GRAD_TOLERANCE_SCALE = 8.0
 
 
 def grad_tolerance(task_tolerance: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-    from farm.runtime.compare import DEFAULT_TOLERANCE
+    from farm.runtime.tolerance import DEFAULT_TOLERANCE
 
     merged = {**DEFAULT_TOLERANCE, **task_tolerance}
     return {dtype: (atol * GRAD_TOLERANCE_SCALE, rtol * GRAD_TOLERANCE_SCALE) for dtype, (atol, rtol) in merged.items()}
@@ -30,7 +30,7 @@ def grad_tolerance(task_tolerance: dict[str, tuple[float, float]]) -> dict[str, 
 def grad_failures(labelled: list[tuple[str, Any, Any]], tolerance: dict) -> str:
     """(label, got, expected) gradients compared at `tolerance`; "" when all agree. An expected
     None (no gradient flows there) is skipped; a missing one where one is expected fails."""
-    from farm.runtime.compare import compare_outputs
+    from farm.runtime.tolerance import compare_outputs
 
     failures = []
     for label, got, expected in labelled:
@@ -79,8 +79,8 @@ def forward_backward(model, inputs: list, indices: list[int], grad_outputs: list
     parameter gradients by name (CPU)). `grad_outputs` None draws them from `seed`."""
     import torch
 
-    from farm.runtime.compare import as_output_list
     from farm.runtime.tensors import to_cpu
+    from farm.runtime.tolerance import as_output_list
 
     for i in indices:
         inputs[i] = inputs[i].detach().requires_grad_(True)

@@ -131,7 +131,7 @@ def best_header(summary: dict[str, Any], rec: Record) -> str:
         f"Re-timed against the Model in a fresh runner: {summary.get('promotion', {}).get('reason', 'no')}\n"
         f"Verified: outputs against the reference data {how.get('ref_sha256', '?')[:16]}... "
         f"({how.get('ref_device', '?')}), a bitwise-identical second run, unchanged inputs,\n"
-        f"Triton launches observed at run time, and {_unseen(how)}; tolerance policy farm/runtime/compare.py.\n"
+        f"Triton launches observed at run time, and {_unseen(how)}; tolerance policy farm/runtime/tolerance.py.\n"
         f"{_provenance_line(summary.get('provenance'))}\n"
         f"Use: from best import ModelNew; ModelNew(*get_init_inputs())(*inputs)\n"
         f'"""\n'

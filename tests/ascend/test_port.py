@@ -37,7 +37,7 @@ from farm.errors import FarmError
 from farm.evaluate.static_checks import static_verdict
 from farm.generators import load_generator
 from farm.generators.base import Candidate, Context, model_as_candidate
-from farm.runtime import compare
+from farm.runtime import tolerance
 from farm.runtime.tensors import clone_values
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def task_check(path: Path, source: str, tmp_path: Path) -> list:
     with torch.no_grad():
         got = module.ModelNew(*init)(*clone_values(inputs))
         want = task.truth_cls(*init)(*clone_values(inputs))
-    checks = compare.compare_outputs(compare.as_output_list(got), compare.as_output_list(want), task.tolerance)
+    checks = tolerance.compare_outputs(tolerance.as_output_list(got), tolerance.as_output_list(want), task.tolerance)
     return [c.as_dict() for c in checks if not c.ok]
 
 

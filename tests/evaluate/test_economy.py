@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from farm.evaluate import boundary, sandbox_child
-from farm.evaluate.comparison import Comparison
 from farm.evaluate.evaluator import EvalSettings
 from farm.evaluate.protocol import reply_for
 from farm.evaluate.result import EvalResult
+from farm.evaluate.rounds import Comparison
 from farm.evaluate.sandbox import Limits, Sandbox
 from farm.targets import resolve_device
 

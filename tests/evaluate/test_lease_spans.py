@@ -9,7 +9,6 @@ import types
 
 from test_speedup import _scripted_evaluator
 
-from farm.evaluate import comparison
 from farm.evaluate.lease import DeviceLease
 from farm.evaluate.protocol import reply_for
 
@@ -160,7 +159,7 @@ def test_a_baseline_is_run_as_a_verification_and_timed_alone():
 
 
 def test_the_device_floor_is_measured_once_per_device_and_process(monkeypatch):
-    monkeypatch.setattr(comparison, "_FLOORS", {})
+    monkeypatch.setattr("farm.evaluate.rounds._FLOORS", {})
     log: list = []
     limits = {"copy_bw_bytes_s": 3e12, "empty_kernel_ms": {"events": 0.003}}
     for _ in range(2):  # two ops' evaluators on one device

@@ -277,7 +277,7 @@ def test_a_graph_that_replays_outputs_cached_at_capture_fails_on_new_data_in_its
     import torch
 
     from farm.evaluate.result import EvalResult, Stop
-    from farm.runtime.compare import DEFAULT_TOLERANCE
+    from farm.runtime.tolerance import DEFAULT_TOLERANCE
 
     right0, right1 = torch.ones(4), torch.full((4,), 2.0)
     sent = []

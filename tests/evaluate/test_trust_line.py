@@ -29,7 +29,7 @@ from farm.evaluate.speedup import promotion, summarize
 from farm.evaluate.timer import RoundClock
 from farm.evaluate.verifier import Case, Verifier
 from farm.runtime import scratch
-from farm.runtime.compare import DEFAULT_TOLERANCE
+from farm.runtime.tolerance import DEFAULT_TOLERANCE
 from farm.targets import resolve_device
 
 CPU = resolve_device("cpu")

@@ -47,7 +47,7 @@ def task_path(cap: dict) -> Path:
 _CHECK = """
 import importlib.util, json, sys
 import torch
-from farm.runtime import compare
+from farm.runtime import tolerance
 from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_init_inputs, draw_inputs
 
@@ -61,10 +61,10 @@ truth, new = task.truth_cls(*init), module.ModelNew(*init)
 for seed in json.loads(seeds):
     inputs = draw_inputs(task, seed)
     with torch.no_grad():
-        expected = compare.as_output_list(truth(*[x.clone() for x in inputs]))
-        got = compare.as_output_list(new(*[x.clone() for x in inputs]))
-    checks = compare.compare_outputs(got, expected, task.tolerance)
-    assert compare.all_ok(checks), [c.reason for c in checks if not c.ok]
+        expected = tolerance.as_output_list(truth(*[x.clone() for x in inputs]))
+        got = tolerance.as_output_list(new(*[x.clone() for x in inputs]))
+    checks = tolerance.compare_outputs(got, expected, task.tolerance)
+    assert tolerance.all_ok(checks), [c.reason for c in checks if not c.ok]
 print("ok")
 """
 

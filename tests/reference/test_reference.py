@@ -9,7 +9,7 @@ import torch
 from farm.corpus.tasks import load_task, ref_from_file
 from farm.reference import manifest
 from farm.reference.generate import PT_KEYS, generate_references, load_pt
-from farm.runtime.compare import all_ok, compare_outputs
+from farm.runtime.tolerance import all_ok, compare_outputs
 from farm.storage import open_store
 from farm.targets import resolve_device
 from tests.conftest import GOOD_TASK, write_task

@@ -435,7 +435,7 @@ def test_a_search_stops_within_1_1x_of_its_physical_limit(demo_store):
 
 
 def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_economy_off(demo_store):
-    """The bar a candidate out of the running is stopped by (farm.evaluate.comparison) is the
+    """The bar a candidate out of the running is stopped by (farm.evaluate.rounds) is the
     op's best ratio against the Model among the verdicts in so far."""
     from farm.search.controller import OpSearch
 

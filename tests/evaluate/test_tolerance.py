@@ -1,19 +1,19 @@
-"""Output comparison in chunks (farm.runtime.compare): the verdict and figures of a whole-tensor
+"""Output comparison in chunks (farm.runtime.tolerance): the verdict and figures of a whole-tensor
 float64 comparison, without a float64 copy of a multi-GiB output."""
 
 import pytest
 import torch
 
-from farm.runtime import compare
+from farm.runtime import tolerance
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 7)
+    monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", 7)
 
 
-def _check(a, e, tolerance=None):
-    [check] = compare.compare_outputs([a], [e], tolerance)
+def _check(a, e, tol=None):
+    [check] = tolerance.compare_outputs([a], [e], tol)
     return check
 
 
@@ -33,7 +33,7 @@ def test_figures_over_chunks_equal_the_whole_tensor_figures(small_chunks, monkey
     e = torch.randn(5, 13, generator=gen)
     a = e + 1e-3 * torch.randn(5, 13, generator=gen)
     chunked = _check(a, e, {"float32": (1e-3, 1e-3)})
-    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 1 << 24)
+    monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", 1 << 24)
     whole = _check(a, e, {"float32": (1e-3, 1e-3)})
     assert (chunked.ok, chunked.reason) == (whole.ok, whole.reason)
     assert chunked.max_abs == whole.max_abs and chunked.max_rel == whole.max_rel
@@ -79,7 +79,7 @@ def test_the_fast_verdict_is_the_float64_rule_element_by_element(dtype):
     """The comparison works in float32 for speed; each element's verdict is still the policy's
     |out - exp| <= atol + rtol * |exp| evaluated in float64, including at the boundary."""
     gen = torch.Generator().manual_seed(1)
-    atol, rtol = compare.tolerance_for(dtype)
+    atol, rtol = tolerance.tolerance_for(dtype)
     e = (torch.randn(4000, generator=gen) * 3).to(dtype)
     bound = (atol + rtol * e.double().abs())
     scale = torch.tensor([0.5, 0.99, 1.0, 1.01, 2.0]).repeat(800).double()
@@ -107,20 +107,20 @@ def test_an_fp32_output_of_fp16_inputs_is_held_to_the_fp16_tolerance():
     eager = _rms_norm_through_fp16(x, weight, round_half=True)
     fused = _rms_norm_through_fp16(x, weight, round_half=False)  # a kernel that skips the rounding
     assert not _check(fused, eager).ok  # fp32's own tolerance calls it wrong
-    widened = compare.through_inputs({}, [x.dtype, weight.dtype])
-    [check] = compare.compare_outputs([fused], [eager], widened)
+    widened = tolerance.through_inputs({}, [x.dtype, weight.dtype])
+    [check] = tolerance.compare_outputs([fused], [eager], widened)
     assert check.ok, check.reason
     wrong = fused.clone()
     wrong[5, 7] += 0.05  # a real error is still one
-    [check] = compare.compare_outputs([wrong], [eager], widened)
+    [check] = tolerance.compare_outputs([wrong], [eager], widened)
     assert not check.ok
 
 
 def test_the_input_rule_keeps_a_tasks_own_tolerance_and_ignores_non_float_inputs():
     own = {"float32": (1e-6, 1e-6)}
-    assert compare.through_inputs(own, ["torch.float16"], own)["float32"] == (1e-6, 1e-6)
-    assert compare.through_inputs({}, ["torch.int64", None, "torch.bool"]) == {}
-    assert compare.through_inputs({}, ["torch.float32"]) == {"float64": compare.DEFAULT_TOLERANCE["float32"]}
+    assert tolerance.through_inputs(own, ["torch.float16"], own)["float32"] == (1e-6, 1e-6)
+    assert tolerance.through_inputs({}, ["torch.int64", None, "torch.bool"]) == {}
+    assert tolerance.through_inputs({}, ["torch.float32"]) == {"float64": tolerance.DEFAULT_TOLERANCE["float32"]}
     # a profile's looser figure for the finer dtype stays where it is looser
     kb = {"float32": (1e-4, 1e-4)}
-    assert compare.through_inputs(kb, ["torch.bfloat16"])["float32"] == compare.DEFAULT_TOLERANCE["bfloat16"]
+    assert tolerance.through_inputs(kb, ["torch.bfloat16"])["float32"] == tolerance.DEFAULT_TOLERANCE["bfloat16"]
