@@ -65,7 +65,7 @@ class ReplayEvaluator:
     def model_runs(self) -> bool:
         return True
 
-    def evaluate(self, source: str, name: str = "", bar: float | None = None, runner=None) -> EvalResult:
+    def evaluate(self, source: str, name: str = "", best_so_far: float | None = None, runner=None) -> EvalResult:
         row = self.table.get(normalized_hash(source))
         if row is None:
             return EvalResult(verdict="crash", reason="not in the measured grid")

@@ -137,10 +137,11 @@ class Evaluator(TrustedSide, Comparison):
 
     # ------------------------------------------------------------ candidate side
 
-    def evaluate(self, source: str, name: str = "candidate", bar: float | None = None,
+    def evaluate(self, source: str, name: str = "candidate", best_so_far: float | None = None,
                  runner: Sandbox | None = None) -> EvalResult:
-        """The candidate's verdict and figures. `bar`: the op's best ratio against the Model so
-        far (farm.search), against which a candidate out of the running stops its rounds early.
+        """The candidate's verdict and figures. `best_so_far`: the op's best ratio against the
+        Model so far (farm.search), against which a candidate out of the running stops its rounds
+        early.
         `runner`: a fresh runner that compile-ahead already loaded this candidate in
         (farm.evaluate.ahead); else one from the pool. Either way it ends with this candidate."""
         result = EvalResult(verdict="pass")
@@ -151,7 +152,7 @@ class Evaluator(TrustedSide, Comparison):
             self._static(source)
             self._frontend(source, result)
             self._start_runners()
-            for stage, run in self._stages(source, name, result, bar):
+            for stage, run in self._stages(source, name, result, best_so_far):
                 t0 = time.monotonic()
                 with self._device(STAGE_PHASE[stage], pin=stage == "compare"):
                     value = run(first if stage == "verify" else None)
@@ -202,14 +203,14 @@ class Evaluator(TrustedSide, Comparison):
         self.candidates.ensure_started()
         self.trusted.ensure_started()
 
-    def _stages(self, source: str, name: str, result: EvalResult, bar: float | None = None) -> list:
+    def _stages(self, source: str, name: str, result: EvalResult, best_so_far: float | None = None) -> list:
         stages = [("compile", lambda _: self._compile(source, name)), ("verify", lambda first: self._verify(first, result))]
         backward = self.backward
         if backward is not None:
             stages.append(("verify_backward", lambda _: backward.verify(result, _Stop)))
         stages.append(("probes", lambda _: self._put_probes()))
         stages.append(("time", lambda _: self._time(result)))
-        stages.append(("compare", lambda _: self._compare_all(result, bar=bar)))
+        stages.append(("compare", lambda _: self._compare_all(result, best_so_far=best_so_far)))
         if backward is not None:
             stages.append(("time_backward", lambda _: backward.time(result, _Stop)))
         return stages

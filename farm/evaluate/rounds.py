@@ -209,10 +209,10 @@ class Comparison(EvaluatorState):
             self._put(key, inputs)  # a fresh runner (the re-timing) has none yet
 
     def _interleave(self, mode: str, baselines: list[str], rounds: int,
-                    bar: float | None = None) -> tuple[list, list[float], dict, dict]:
+                    best_so_far: float | None = None) -> tuple[list, list[float], dict, dict]:
         """Candidate and baselines in alternating rounds, all in `mode`. Returns the (who, round
         median) sequence, the candidate's samples, the outputs of its last round and the
-        baselines that failed (name -> why). With `bar`, a candidate out of the running ends
+        baselines that failed (name -> why). With `best_so_far`, a candidate out of the running ends
         after half the rounds (`_out_of_running`)."""
         self._put_time_cases()
         calls = (self._mix_calls or self.op_timing()["graph_calls"]) if mode == "graph" else 0
@@ -229,7 +229,7 @@ class Comparison(EvaluatorState):
         for i, who in enumerate(order):
             if who in failed:
                 continue
-            if i == half and i < last and self._out_of_running(timed, bar):
+            if i == half and i < last and self._out_of_running(timed, best_so_far):
                 last = i  # its last round: the outputs checked are this one's
                 self._cut = sum(1 for w, _ in timed if w != speedups.CANDIDATE)
             reply = self._round(who, keys, mode, calls, reps, outputs=(i == last),
@@ -251,23 +251,23 @@ class Comparison(EvaluatorState):
                 break
         return timed, samples, outputs, failed
 
-    def _out_of_running(self, timed: list, bar: float | None) -> bool:
+    def _out_of_running(self, timed: list, best_so_far: float | None) -> bool:
         """Half the rounds say the candidate cannot be the op's best: every ratio against the
         Model so far is under `out_of_running` times the best's. Its other rounds would only
         narrow the interval of a figure that is not the search's answer (a comparison is most
         of a candidate's device time). The best, and any candidate near it,
         gets every round, and the promotion re-times the best anyway."""
         share = self.settings.out_of_running
-        if not bar or share is None:
+        if not best_so_far or share is None:
             return False
         ratios = speedups.round_ratios(timed, "Model")
-        return bool(ratios) and max(ratios) < share * bar
+        return bool(ratios) and max(ratios) < share * best_so_far
 
-    def _compare_all(self, result: EvalResult, rounds: int | None = None, bar: float | None = None,
+    def _compare_all(self, result: EvalResult, rounds: int | None = None, best_so_far: float | None = None,
                      only: tuple[str, ...] | None = None) -> None:
         """The candidate against the baselines (`only` these, if given) in the op's timing mode
         (a baseline that cannot be captured is compared per call, in a second interleaved
-        sequence of its own). `bar`: the op's best ratio against the Model so far."""
+        sequence of its own). `best_so_far`: the op's best ratio against the Model so far."""
         rounds = rounds or self.settings.rounds
         self._clock = RoundClock(lead_allowed=self.spec.target.spins)
         self._swap_check = None
@@ -277,7 +277,7 @@ class Comparison(EvaluatorState):
         ready = [w for w, err in slots.items() if not err and (only is None or w in only)]
         mode, reason = op["mode"], op["reason"]
         try:
-            timed, samples, outputs, failed = self._interleave(mode, ready, rounds, bar)
+            timed, samples, outputs, failed = self._interleave(mode, ready, rounds, best_so_far)
         except NotCapturable as nc:
             mode, reason = "events", f"candidate not capturable ({nc.kind}): timed per call"
             timed, samples, outputs, failed = self._interleave(mode, ready, rounds)
@@ -296,7 +296,8 @@ class Comparison(EvaluatorState):
                       "clock": self._clock.summary(speedups.CANDIDATE)}
         if self._cut:
             comparison["stopped"] = (f"out of the running after {self._cut} of {rounds * len(ready)} baseline rounds: "
-                                     f"under {self.settings.out_of_running:g} x the op's best ({bar:.3g}x the Model)")
+                                     f"under {self.settings.out_of_running:g} x the op's best "
+                                     f"({best_so_far:.3g}x the Model)")
         for name, key in (("Model", "model"), ("Reference", "reference")):
             seq_mode = next((m for m, seq in per_mode.items() if any(w == name for w, _ in seq)), None)
             summary = speedups.summarize(speedups.round_ratios(per_mode[seq_mode], name)) if seq_mode else None

@@ -213,7 +213,7 @@ class OpSearch(Seeding):
             evaluator, extra = pipeline.take_evaluator(pool, result)
             self.device_queue.dec()
             try:
-                result = evaluator.evaluate(rec.source, name=rec.id, bar=self._bar(), **extra)
+                result = evaluator.evaluate(rec.source, name=rec.id, best_so_far=self._best_so_far(), **extra)
                 device = evaluator.spec.label
             finally:
                 pool.put(evaluator)
@@ -224,7 +224,7 @@ class OpSearch(Seeding):
                                      "speedup_vs_model": rec.speedup_vs_model, "stage_s": dict(result.stage_s),
                                      "device": rec.device, "sandbox": rec.sandbox})
 
-    def _bar(self) -> float | None:
+    def _best_so_far(self) -> float | None:
         """A candidate that its first rounds put well under this stops comparing there."""
         with self.lock:
             return self.db.best_ratio()

@@ -113,7 +113,7 @@ class Database:
         return passing[0] if passing else None
 
     def best_ratio(self) -> float | None:
-        """The highest ratio against the Model among passing candidates (the search's bar)."""
+        """The highest ratio against the Model among passing candidates (the search's best so far)."""
         # the benchmark case's ratio, which a candidate's first rounds are held to (a serving mix's
         # geomean, farm.evaluate.mix_timing, is not measured in them)
         ratios = [((r.comparison or {}).get("model") or {}).get("ratio") or r.speedup_vs_model for r in self.passing()]

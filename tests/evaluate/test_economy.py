@@ -122,16 +122,16 @@ FULL = 1 + 4 * 4  # candidate, then (Model, candidate, Reference, candidate) x 4
 HALF = 1 + 2 * 4
 
 
-@pytest.mark.parametrize("bar, share, rounds_run", [
+@pytest.mark.parametrize("best_so_far, share, rounds_run", [
     (2.0, 0.9, HALF),  # 1.0x the Model against a best of 2.0x: out of the running
     (1.05, 0.9, FULL),  # near the best: every round
     (None, 0.9, FULL),  # no best yet
     (2.0, None, FULL),  # economy off (issue 17's before)
 ])
-def test_a_candidate_out_of_the_running_stops_after_half_its_rounds(bar, share, rounds_run):
+def test_a_candidate_out_of_the_running_stops_after_half_its_rounds(best_so_far, share, rounds_run):
     cmp = Rounds({"candidate": 1.0, "Model": 1.0, "Reference": 2.0}, share)
     result = EvalResult(verdict="pass")
-    cmp._compare_all(result, bar=bar)
+    cmp._compare_all(result, best_so_far=best_so_far)
     assert len(cmp.asked) == rounds_run
     assert [o for _, o in cmp.asked] == [False] * (rounds_run - 1) + [True]  # outputs checked once, at the end
     assert cmp.asked[-1][0] == "candidate"

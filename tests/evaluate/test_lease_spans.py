@@ -258,7 +258,7 @@ def test_of_a_candidates_stages_only_the_compared_rounds_are_pinned(monkeypatch)
     def stage(name):
         return lambda first: seen.setdefault(name, (ev.candidates.cpus, ev.trusted.cpus))
 
-    ev._stages = lambda source, name, result, bar=None: [(s, stage(s)) for s in ("compile", "verify", "probes",
+    ev._stages = lambda source, name, result, best_so_far=None: [(s, stage(s)) for s in ("compile", "verify", "probes",
                                                                                  "time", "compare")]
     ev._static = ev._frontend = lambda *a: None
     ev._start_runners = lambda: setattr(ev, "candidates", ev.pool.take())

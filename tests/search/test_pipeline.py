@@ -180,8 +180,8 @@ def test_two_evaluators_on_one_device_never_time_at_once(row_sum):
         def _time(self, result):
             return self._span("timing", super()._time, result)
 
-        def _compare_all(self, result, rounds=None, bar=None, only=None):
-            return self._span("timing", super()._compare_all, result, rounds, bar, only)
+        def _compare_all(self, result, rounds=None, best_so_far=None, only=None):
+            return self._span("timing", super()._compare_all, result, rounds, best_so_far, only)
 
     # the same device twice: two evaluators (two runners) sharing one lease, candidates in flight on both
     store, ref, data = row_sum

@@ -347,7 +347,7 @@ class ScriptedEvaluator:
     def compile_ahead(self, specs, size, target):
         raise AssertionError("no compile-ahead in these tests")
 
-    def evaluate(self, source, name="", bar=None):
+    def evaluate(self, source, name="", best_so_far=None):
         from farm.evaluate.evaluator import EvalResult
 
         timing = {"median_ms": 0.004, "min_ms": 0.004, "rse": 0.0, "reps": 40, "stop_reason": "rounds",
@@ -418,7 +418,7 @@ def test_a_search_stops_within_1_1x_of_its_physical_limit(demo_store):
 
     def near(limit_ms):
         class Near(ScriptedEvaluator):
-            def evaluate(self, source, name="", bar=None):
+            def evaluate(self, source, name="", best_so_far=None):
                 result = super().evaluate(source, name)
                 result.limit = {"limit_ms": limit_ms, "fraction": limit_ms / 0.004, "bound": "launch"}
                 return result
@@ -435,23 +435,23 @@ def test_a_search_stops_within_1_1x_of_its_physical_limit(demo_store):
 
 
 def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_economy_off(demo_store):
-    """The bar a candidate out of the running is stopped by (farm.evaluate.rounds) is the
+    """The best so far a candidate out of the running is stopped by (farm.evaluate.rounds) is the
     op's best ratio against the Model among the verdicts in so far."""
     from farm.search.controller import OpSearch
 
     store, refs = demo_store
     data = load_reference(store, "demo", "row_sum")
-    bars = []
+    told = []
 
     class Recording(ScriptedEvaluator):
-        def evaluate(self, source, name="", bar=None):
-            bars.append(bar)
+        def evaluate(self, source, name="", best_so_far=None):
+            told.append(best_so_far)
             return super().evaluate(source, name)
 
     config = SearchConfig(max_tasks=3, max_concurrent=1, chunk_size=3, generators=("tune",), early_stop=False)
-    OpSearch(refs["row_sum"], data, SearchContext(store, "bar", "cpu", [CPU], [load_generator("tune")], config,
+    OpSearch(refs["row_sum"], data, SearchContext(store, "best", "cpu", [CPU], [load_generator("tune")], config,
                                                   evaluator_factory=lambda *a: Recording(CPU, [1.3, 1.3]))).run(force=True)
-    assert bars == [None, 5.0, 5.0]  # nothing to beat, then the first candidate's 5.0x
+    assert told == [None, 5.0, 5.0]  # nothing to beat, then the first candidate's 5.0x
     default = EvalOptions().settings_for(CPU)  # the evaluator's own: economy on
     assert default.per_call_budget_ms and default.out_of_running
     full = EvalOptions(full_timing=True).settings_for(CPU)
