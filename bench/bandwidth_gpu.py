@@ -172,7 +172,7 @@ def inductor_seed(bench: TaskBench, mode: str) -> str | None:
     from farm.generators.inductor.generator import InductorGenerator
 
     gen = InductorGenerator(modes=(mode,), timeout_s=240)
-    ctx = Context(task_source=bench.ref.path.read_text(), op=bench.ref.op, source=bench.ref.source,
+    ctx = Context(task_code=bench.ref.path.read_text(), op=bench.ref.op, source=bench.ref.source,
                   target="cuda", device={"label": "cuda:0", "shapes": "bench"})
     seeds = gen.seeds(ctx)
     if not seeds:

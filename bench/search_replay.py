@@ -59,14 +59,15 @@ class ReplayEvaluator:
     def compile_ahead(self, specs, size: int, target: str):
         raise SystemExit("a replay compiles nothing: run it with evaluator.compile_workers 0 (the default)")
 
-    def retime(self, source: str, name: str = "") -> dict:
+    def retime(self, candidate_code: str, name: str = "") -> dict:
         return {"error": "a replay of recorded timings is not re-timed"}  # not promoted
 
     def model_runs(self) -> bool:
         return True
 
-    def evaluate(self, source: str, name: str = "", best_so_far: float | None = None, runner=None) -> EvalResult:
-        row = self.table.get(normalized_hash(source))
+    def evaluate(self, candidate_code: str, name: str = "", best_so_far: float | None = None,
+                 runner=None) -> EvalResult:
+        row = self.table.get(normalized_hash(candidate_code))
         if row is None:
             return EvalResult(verdict="crash", reason="not in the measured grid")
         if row["verdict"] != "pass":

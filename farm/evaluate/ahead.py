@@ -3,7 +3,7 @@ and times earlier ones, so the device does not wait on Triton's JIT (LLVM, ptxas
 second to seconds per kernel). The pipeline as a whole: docs/search.md ("Pipeline").
 
 For each candidate, in a fresh runner from the warm pool (farm.evaluate.pool): the static
-checks, loading the source, and one forward with every Triton launch turned into Triton's own
+checks, loading the code, and one forward with every Triton launch turned into Triton's own
 warm-up (`JITFunction.run(warmup=True)`: compile into that runner's cache, launch nothing); the
 runner then goes to the evaluator, which judges the candidate in it. Failures up to the load are
 the verdicts the evaluator would give at that stage, under the same limits; of the warm forward
@@ -76,11 +76,11 @@ class CompileAhead:
         self.prepared = 0  # candidates handed on to the device
         self.judged = 0  # candidates given their verdict here
 
-    def prepare(self, source: str, name: str) -> EvalResult | Sandbox:
+    def prepare(self, candidate_code: str, name: str) -> EvalResult | Sandbox:
         """The verdict where the candidate fails before it needs the device; else the fresh
         runner it is loaded and compiled in, for the evaluator of that runner's device."""
         started = time.monotonic()
-        verdict, reason = static_checks.static_verdict(source)
+        verdict, reason = static_checks.static_verdict(candidate_code)
         if verdict:
             return self._judged(EvalResult(verdict=verdict, reason=reason), started)
         self._wait(+1)
@@ -93,7 +93,7 @@ class CompileAhead:
             calm = quiet.for_device(box.spec.label, host_wide=not box.spec.target.interpret)
             calm.add(box)  # its compilers stop while the device is timed
             try:
-                result = self._warm(box, source, name)
+                result = self._warm(box, candidate_code, name)
             finally:
                 calm.remove(box)
         except SandboxDied as died:  # no runner could be started: the evaluator's own start says so again
@@ -108,9 +108,9 @@ class CompileAhead:
             self.prepared += 1
         return result
 
-    def _warm(self, box: Sandbox, source: str, name: str) -> EvalResult | Sandbox:
+    def _warm(self, box: Sandbox, candidate_code: str, name: str) -> EvalResult | Sandbox:
         try:
-            reply = box.call("load_source", self.limits.compile_s, source=source, init_inputs=self.init_inputs,
+            reply = box.call("load_source", self.limits.compile_s, source=candidate_code, init_inputs=self.init_inputs,
                              name=name)
             if not reply.ok:
                 error = reply.get("error", "")

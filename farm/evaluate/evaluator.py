@@ -5,7 +5,7 @@ Stages, each of which can end the evaluation with its verdict:
     static   parse, ModelNew present, a Triton kernel, no banned constructs  -> compile_error | cheat
              targets with a frontend check (ascend), where it is configured:
              every launch compiled by triton-ascend up to Linalg             -> compile_error
-    compile  load the source in the candidate runner, instantiate, first run  -> compile_error | runtime_error
+    compile  load the code in the candidate runner, instantiate, first run    -> compile_error | runtime_error
     verify   outputs on the .pt inputs against the .pt outputs;               -> mismatch | cheat
              inputs unchanged; a Triton kernel launched on the timed stream
              from the calling thread; a second run identical; the same check
@@ -137,7 +137,7 @@ class Evaluator(TrustedSide, Comparison):
 
     # ------------------------------------------------------------ candidate side
 
-    def evaluate(self, source: str, name: str = "candidate", best_so_far: float | None = None,
+    def evaluate(self, candidate_code: str, name: str = "candidate", best_so_far: float | None = None,
                  runner: Sandbox | None = None) -> EvalResult:
         """The candidate's verdict and figures. `best_so_far`: the op's best ratio against the
         Model so far (farm.search), against which a candidate out of the running stops its rounds
@@ -149,10 +149,10 @@ class Evaluator(TrustedSide, Comparison):
         first: dict | None = None
         self.candidates, runner = runner, None
         try:
-            self._static(source)
-            self._frontend(source, result)
+            self._static(candidate_code)
+            self._frontend(candidate_code, result)
             self._start_runners()
-            for stage, run in self._stages(source, name, result, best_so_far):
+            for stage, run in self._stages(candidate_code, name, result, best_so_far):
                 t0 = time.monotonic()
                 with self._device(STAGE_PHASE[stage], pin=stage == "compare"):
                     value = run(first if stage == "verify" else None)
@@ -203,8 +203,9 @@ class Evaluator(TrustedSide, Comparison):
         self.candidates.ensure_started()
         self.trusted.ensure_started()
 
-    def _stages(self, source: str, name: str, result: EvalResult, best_so_far: float | None = None) -> list:
-        stages = [("compile", lambda _: self._compile(source, name)), ("verify", lambda first: self._verify(first, result))]
+    def _stages(self, candidate_code: str, name: str, result: EvalResult, best_so_far: float | None = None) -> list:
+        stages = [("compile", lambda _: self._compile(candidate_code, name)),
+                  ("verify", lambda first: self._verify(first, result))]
         backward = self.backward
         if backward is not None:
             stages.append(("verify_backward", lambda _: backward.verify(result, _Stop)))
@@ -240,8 +241,8 @@ class Evaluator(TrustedSide, Comparison):
         if time.monotonic() - self._started > self.settings.limits.total_s:
             raise _Stop("timeout", f"over the {self.settings.limits.total_s:.0f} s limit per candidate after {stage}")
 
-    def _static(self, source: str) -> None:
-        verdict, reason = static_checks.static_verdict(source)
+    def _static(self, candidate_code: str) -> None:
+        verdict, reason = static_checks.static_verdict(candidate_code)
         if verdict:
             raise _Stop(verdict, reason)
 
@@ -254,7 +255,7 @@ class Evaluator(TrustedSide, Comparison):
         return lambda argv, scratch, env, read_only: boundary.wrap(argv, scratch=scratch, env=env,
                                                                    read_only=read_only)
 
-    def _frontend(self, source: str, result: EvalResult) -> None:
+    def _frontend(self, candidate_code: str, result: EvalResult) -> None:
         """Compile every launch with the target's own Triton frontend (`Target.frontend_check`:
         triton-ascend, up to Linalg) before any device time; a failure is the candidate's compile_error."""
         frontend = self.spec.target.frontend_check()
@@ -267,7 +268,7 @@ class Evaluator(TrustedSide, Comparison):
             result.frontend = {"ran": False, "note": frontend.not_configured_notice()}
             return
         try:
-            report = frontend.check_source(python, source, "ModelNew", self.init_inputs, self.inputs,
+            report = frontend.check_source(python, candidate_code, "ModelNew", self.init_inputs, self.inputs,
                                            wrap=self._frontend_wrap())
         except FarmError as exc:  # the compiler died on this candidate's kernels
             raise _Stop("compile_error", f"{frontend.CHECK_NAME}: {exc}") from None
@@ -288,9 +289,9 @@ class Evaluator(TrustedSide, Comparison):
             raise _Stop(kind, error.strip().splitlines()[-1] if error.strip() else kind, error)
         return reply
 
-    def _compile(self, source: str, name: str) -> Reply:
+    def _compile(self, candidate_code: str, name: str) -> Reply:
         limits = self.settings.limits
-        self._call("load_source", limits.compile_s, source=source, init_inputs=self.init_inputs, name=name)
+        self._call("load_source", limits.compile_s, source=candidate_code, init_inputs=self.init_inputs, name=name)
         return self._call("run", limits.compile_s, "pt", self.inputs, inplace_args=self.task.inplace_args)
 
     def _check_run(self, reply: Reply, what: str) -> None:

@@ -393,7 +393,7 @@ class Comparison(EvaluatorState):
             self._null_run = False
             self._retire()
 
-    def retime(self, source: str, name: str = "retime") -> dict:
+    def retime(self, candidate_code: str, name: str = "retime") -> dict:
         """The independent re-timing before promotion: the candidate re-verified and re-timed
         against the baselines by a harness that shares no state with the search's runners (a
         fresh candidate runner, a fresh trusted runner, secret input sets drawn now), with the
@@ -402,7 +402,7 @@ class Comparison(EvaluatorState):
         if self.spec.target.interpret:  # the interpreter's timings would re-time nothing
             return {"timed": False, "runner": "none", "skipped": "interpreter timings are not kernel timings"}
         with self._independent():
-            return self._retime(source, name)
+            return self._retime(candidate_code, name)
 
     @contextmanager
     def _independent(self) -> Iterator[None]:
@@ -421,7 +421,7 @@ class Comparison(EvaluatorState):
             fresh, (self.trusted, self._cases, self._seeds, self._slots) = self.trusted, saved
             close_all([fresh])
 
-    def _retime(self, source: str, name: str) -> dict:
+    def _retime(self, candidate_code: str, name: str) -> dict:
         """The device alone only for the rounds (farm.evaluate.lease): the fresh runners' starts,
         loads and first runs share it with other ops' verifications."""
         with self._device(VERIFICATION):
@@ -432,7 +432,7 @@ class Comparison(EvaluatorState):
         try:
             self.trusted.ensure_started()
             with self._device(VERIFICATION):
-                first = self._compile(source, name)
+                first = self._compile(candidate_code, name)
                 self._verify(first, result)  # re-verified on the re-timing's own secret cases
                 self._put_time_cases()
             with self._device(TIMING, pin=True):

@@ -39,7 +39,7 @@ class Candidate:
 
 @dataclass
 class Context:
-    task_source: str  # the task file's text (Model, Reference, get_inputs, ...)
+    task_code: str  # the task file's text (Model, Reference, get_inputs, ...)
     op: str
     source: str  # corpus source name (sglang, vllm_triton, ...)
     target: str  # cuda, ascend, cpu
@@ -50,8 +50,13 @@ class Context:
 
     @property
     def task_doc(self) -> str:
-        match = re.match(r'\s*(?:"""|\'\'\')(.*?)(?:"""|\'\'\')', self.task_source, re.S)
+        match = re.match(r'\s*(?:"""|\'\'\')(.*?)(?:"""|\'\'\')', self.task_code, re.S)
         return match.group(1).strip() if match else ""
+
+    @property
+    def task_source(self) -> str:
+        """task_code's earlier name: generators written against it keep working."""
+        return self.task_code
 
 
 class Generator(ABC):
@@ -76,6 +81,6 @@ class Generator(ABC):
 _MODEL_NAME = re.compile(r"\bModel\b")
 
 
-def model_as_candidate(task_source: str) -> str:
+def model_as_candidate(task_code: str) -> str:
     """The task's own Model as a candidate: the class renamed ModelNew, the rest unchanged."""
-    return _MODEL_NAME.sub("ModelNew", task_source)
+    return _MODEL_NAME.sub("ModelNew", task_code)

@@ -300,9 +300,9 @@ class TuneGenerator(Generator):
     def seeds(self, ctx: Context) -> list[Proposal]:
         """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate), and
         the original with every kernel's tile scaled by each of tile_seeds (see tile_scaled)."""
-        if not _kernels(pyast.parse(ctx.task_source)):
+        if not _kernels(pyast.parse(ctx.task_code)):
             return []
-        original = model_as_candidate(ctx.task_source)
+        original = model_as_candidate(ctx.task_code)
         out = [Proposal(original, self.name, "the original Model")]
         # where warps are tuned (CUDA) only: the interpreter's times only order candidates
         # roughly, and Ascend's tiles are bounded by its unified buffer, not by warps

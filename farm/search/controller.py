@@ -139,7 +139,7 @@ class OpSearch(Seeding):
     # ------------------------------------------------------------ proposals
 
     def _context(self, rng: random.Random) -> Context:
-        return Context(task_source=self.ref.path.read_text(), op=self.ref.op, source=self.ref.source,
+        return Context(task_code=self.ref.path.read_text(), op=self.ref.op, source=self.ref.source,
                        target=self.target, device={**self.device_info, "shapes": self.data.get("shapes", "bench"),
                                                    "mode": self.data.get("mode"),
                                                    "reference_class": self.data.get("reference_class"),

@@ -668,7 +668,7 @@ def test_unrelated_source_comes_back_unchanged():
 
 def _context(target: str, device: dict | None = None, seed: int = 0) -> Context:
     path = REPO / "tasks/sglang/fused_softcap_kernel.py"
-    return Context(task_source=path.read_text(), op=path.stem, source="sglang", target=target,
+    return Context(task_code=path.read_text(), op=path.stem, source="sglang", target=target,
                    device=device or {}, rng=random.Random(seed))
 
 
@@ -680,7 +680,7 @@ def test_seed_is_the_fully_ported_model_for_every_target():
     [cuda] = gen.seeds(_context("cuda", {"sm_count": 132}))
     assert "NUM_VECTORCORE = 132" in cuda.source and "4 * NUM_VECTORCORE" in cuda.source
     [cpu] = gen.seeds(_context("cpu"))
-    assert cpu.source == port(model_as_candidate(_context("cpu").task_source), PortContext())
+    assert cpu.source == port(model_as_candidate(_context("cpu").task_code), PortContext())
 
 
 def test_propose_gives_distinct_variants_that_keep_meaning(tmp_path):
@@ -701,7 +701,7 @@ def test_propose_gives_distinct_variants_that_keep_meaning(tmp_path):
 
 def test_propose_ports_an_unported_parent():
     ctx = _context("ascend")
-    parent = Candidate(id="m", source=model_as_candidate(ctx.task_source), generator="tune", verdict="pass")
+    parent = Candidate(id="m", source=model_as_candidate(ctx.task_code), generator="tune", verdict="pass")
     notes = {p.note for p in load_generator("port").propose(parent, [], ctx, n=8)}
     assert "all port passes" in notes
 

@@ -174,7 +174,7 @@ def test_unexpected_wrapper_is_refused():
 
 
 def _ctx(path: Path, source: str, target: str, shapes: str = "small") -> Context:
-    return Context(task_source=path.read_text(), op=path.stem, source=source, target=target,
+    return Context(task_code=path.read_text(), op=path.stem, source=source, target=target,
                    device={"shapes": shapes})
 
 

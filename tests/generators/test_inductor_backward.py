@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _seeds(op_path: Path, op: str):
     gen = InductorGenerator()
-    ctx = Context(task_source=op_path.read_text(), op=op, source="training", target="cpu",
+    ctx = Context(task_code=op_path.read_text(), op=op, source="training", target="cpu",
                   device={"shapes": "small"})
     return gen, gen.seeds(ctx)
 

@@ -74,7 +74,7 @@ def _seed_and_evaluation(tmp_path: Path, text: str, name: str):
     data, _, case_doc = generate_reference_and_sets(taskfiles.load_task(ref, "bench"), spec, 0, cases=2)
     data["_case_sets"] = case_doc["cases"]
     points = [doc["case"] for doc in case_doc["cases"]]
-    ctx = Context(task_source=path.read_text(), op=name, source="mini", target="cpu",
+    ctx = Context(task_code=path.read_text(), op=name, source="mini", target="cpu",
                   device={"shapes": "bench", "cases": points})
     gen = load_generator("inductor")
     seeds = gen.seeds(ctx)

@@ -15,7 +15,7 @@ TASK = REPO / "tasks" / "vllm_torch" / "rms_norm.py"
 
 
 def _ctx() -> Context:
-    return Context(task_source=TASK.read_text(), op="rms_norm", source="vllm_torch", target="cpu",
+    return Context(task_code=TASK.read_text(), op="rms_norm", source="vllm_torch", target="cpu",
                    device={"shapes": "small"}, rng=random.Random(0))
 
 

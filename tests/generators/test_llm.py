@@ -61,7 +61,7 @@ def make_client(server, **options) -> ChatClient:
 
 
 def context(target="ascend", errors=()) -> Context:
-    return Context(task_source=TASK_SOURCE, op="scale2", source="mini", target=target,
+    return Context(task_code=TASK_SOURCE, op="scale2", source="mini", target=target,
                    device={"num_aicore": 24, "num_vectorcore": 48}, recent_errors=list(errors))
 
 

@@ -62,7 +62,7 @@ def test_target_limits():
 
 
 def test_proposals_differ_from_parent_and_each_other():
-    ctx = Context(task_source="", op="x", source="s", target="cuda", rng=random.Random(1))
+    ctx = Context(task_code="", op="x", source="s", target="cuda", rng=random.Random(1))
     parent = Candidate("c1", SOURCE, "tune", "pass", 1.0)
     props = TuneGenerator().propose(parent, [], ctx, n=5)
     assert 1 <= len(props) <= 5
@@ -73,7 +73,7 @@ def test_proposals_differ_from_parent_and_each_other():
 def test_crossover_takes_values_from_an_inspiration():
     knobs = {k.name: k for k in find_knobs(SOURCE)}
     other = apply(SOURCE, {knobs["_plain.BLOCK"]: 2048})
-    ctx = Context(task_source="", op="x", source="s", target="cpu", rng=random.Random(3))
+    ctx = Context(task_code="", op="x", source="s", target="cpu", rng=random.Random(3))
     gen = TuneGenerator(crossover_rate=1.0)
     seen = set()
     for _ in range(20):
@@ -128,7 +128,7 @@ def test_absent_num_warps_is_inserted_on_cuda_only():
 
 
 def test_tile_moves_scale_block_and_warps_together():
-    ctx = Context(task_source="", op="x", source="s", target="cuda", rng=random.Random(5))
+    ctx = Context(task_code="", op="x", source="s", target="cuda", rng=random.Random(5))
     gen = TuneGenerator(crossover_rate=0.0, tile_move_rate=1.0)
     parent = Candidate("c1", NO_WARPS, "tune", "pass", 1.0)
     notes = [p.note for _ in range(10) for p in gen.propose(parent, [], ctx)]
@@ -144,12 +144,12 @@ def test_tile_seeds_reach_a_whole_long_row_on_cuda():
     from pathlib import Path
 
     task = (Path(__file__).resolve().parents[2] / "tasks" / "vllm_triton" / "log_softmax_kernel.py").read_text()
-    cuda = TuneGenerator().seeds(Context(task_source=task, op="x", source="s", target="cuda"))
+    cuda = TuneGenerator().seeds(Context(task_code=task, op="x", source="s", target="cuda"))
     values = [{k.name.split(".")[-1]: k.value for k in find_knobs(p.source)} for p in cuda]
     assert values[0] == {"BLOCK_SIZE": 1024, "num_warps": 4}  # the original first
     # 32000 columns in one block of 32 warps: past the old limits (16384, 16 warps)
     assert {"BLOCK_SIZE": 32768, "num_warps": 32} in values
-    assert len(TuneGenerator().seeds(Context(task_source=task, op="x", source="s", target="cpu"))) == 1
+    assert len(TuneGenerator().seeds(Context(task_code=task, op="x", source="s", target="cpu"))) == 1
 
 
 AUTOGRAD_SOURCE = '''

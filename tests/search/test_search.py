@@ -347,7 +347,7 @@ class ScriptedEvaluator:
     def compile_ahead(self, specs, size, target):
         raise AssertionError("no compile-ahead in these tests")
 
-    def evaluate(self, source, name="", best_so_far=None):
+    def evaluate(self, candidate_code, name="", best_so_far=None):
         from farm.evaluate.evaluator import EvalResult
 
         timing = {"median_ms": 0.004, "min_ms": 0.004, "rse": 0.0, "reps": 40, "stop_reason": "rounds",
@@ -355,7 +355,7 @@ class ScriptedEvaluator:
         return EvalResult(verdict="pass", timing=timing, speedup_vs_model=5.0, speedup_vs_reference=6.0,
                           comparison={"op_mode": "graph"}, limit={"limit_ms": 0.002, "fraction": 0.5})
 
-    def retime(self, source, name=""):
+    def retime(self, candidate_code, name=""):
         self.retimed.append(name)
         timing = {"median_ms": 0.005, "mode": "graph", "mode_reason": "scripted"}
         return {"runner": "fresh", "time_ms": 0.005, "timing": timing, "model": self.summary, "reference": None,
@@ -418,8 +418,8 @@ def test_a_search_stops_within_1_1x_of_its_physical_limit(demo_store):
 
     def near(limit_ms):
         class Near(ScriptedEvaluator):
-            def evaluate(self, source, name="", best_so_far=None):
-                result = super().evaluate(source, name)
+            def evaluate(self, candidate_code, name="", best_so_far=None):
+                result = super().evaluate(candidate_code, name)
                 result.limit = {"limit_ms": limit_ms, "fraction": limit_ms / 0.004, "bound": "launch"}
                 return result
         return lambda *a: Near(CPU, [1.3, 1.3])
@@ -444,9 +444,9 @@ def test_each_candidate_is_told_the_best_ratio_so_far_and_full_timing_turns_the_
     told = []
 
     class Recording(ScriptedEvaluator):
-        def evaluate(self, source, name="", best_so_far=None):
+        def evaluate(self, candidate_code, name="", best_so_far=None):
             told.append(best_so_far)
-            return super().evaluate(source, name)
+            return super().evaluate(candidate_code, name)
 
     config = SearchConfig(max_tasks=3, max_concurrent=1, chunk_size=3, generators=("tune",), early_stop=False)
     OpSearch(refs["row_sum"], data, SearchContext(store, "best", "cpu", [CPU], [load_generator("tune")], config,

@@ -23,10 +23,10 @@ from farm import pyast
 from farm.generators.inductor.layers import Unsupported
 
 
-def declared_backward(task_source: str) -> tuple[bool, tuple[int, ...] | None]:
+def declared_backward(task_code: str) -> tuple[bool, tuple[int, ...] | None]:
     """BACKWARD and GRAD_INPUTS as the task file declares them, read without running it."""
     backward, grad_inputs = False, None
-    for node in pyast.parse(task_source).body:
+    for node in pyast.parse(task_code).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             try:

@@ -121,10 +121,10 @@ class InductorGenerator(Generator):
         """One capture per (mode, options, label); identical candidates dropped."""
         spec = self._spec(ctx)
         out: list[Proposal] = []
-        backward, grad_inputs = bwd.declared_backward(ctx.task_source)
+        backward, grad_inputs = bwd.declared_backward(ctx.task_code)
         with tempfile.TemporaryDirectory(prefix="farm-inductor-") as tmp:
             path = Path(tmp) / f"{ctx.op}.py"
-            path.write_text(ctx.task_source)
+            path.write_text(ctx.task_code)
             env = dict(spec.child_env())
             env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor-cache")
             for mode, options, label in plans:

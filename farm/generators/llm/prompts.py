@@ -70,17 +70,17 @@ def trim(text: str, limit: int, head: float = 0.6) -> str:
 
 def task_section(ctx: Context) -> str:
     doc = ctx.task_doc or "(no docstring: see the task file)"
-    code = trim(task_code(ctx.task_source), TASK_CHARS)
+    code = trim(task_without_kernels(ctx.task_code), TASK_CHARS)
     return render("task", op=ctx.op, source=ctx.source or "-", doc=doc, code=code)
 
 
-def task_code(task_source: str) -> str:
+def task_without_kernels(task_code: str) -> str:
     """The task file without its module docstring and its Triton kernels (the parent shows those)."""
     try:
-        tree = pyast.parse(task_source)
+        tree = pyast.parse(task_code)
     except SyntaxError:
-        return task_source
-    lines: list[str | None] = [*task_source.splitlines()]
+        return task_code
+    lines: list[str | None] = [*task_code.splitlines()]
     for i, node in enumerate(tree.body):
         docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         if docstring or _is_kernel(node):  # the docstring is shown as prose
@@ -150,7 +150,7 @@ def answer_section(ctx: Context) -> str:
     return render(
         "answer",
         target=ctx.target,
-        signature=model_signature(ctx.task_source),
+        signature=model_signature(ctx.task_code),
         modules=", ".join(sorted(static_checks.BANNED_MODULES)),
         calls=", ".join(f"{name}()" for name in sorted(static_checks.BANNED_CALLS)),
         attributes=", ".join(sorted(static_checks.BANNED_ATTRIBUTES)),
@@ -159,10 +159,10 @@ def answer_section(ctx: Context) -> str:
     )
 
 
-def model_signature(task_source: str) -> str:
+def model_signature(task_code: str) -> str:
     """`__init__(self, eps)` and `forward(self, x, w)` of the task's Model, as far as it can be read."""
     try:
-        tree = pyast.parse(task_source)
+        tree = pyast.parse(task_code)
     except SyntaxError:
         return "see Model in the task file"
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
