@@ -174,7 +174,7 @@ def inductor_seed(bench: TaskBench, mode: str) -> str | None:
     gen = InductorGenerator(modes=(mode,), timeout_s=240)
     ctx = Context(task_code=bench.ref.path.read_text(), op=bench.ref.op, source=bench.ref.source,
                   target="cuda", device={"label": "cuda:0", "shapes": "bench"})
-    seeds = gen.seeds(ctx)
+    seeds = gen.initial_candidates(ctx)
     if not seeds:
         print(f"  inductor {mode}: no seed: {gen.reasons}", flush=True)
         return None

@@ -62,7 +62,7 @@ def submit(
     source: Annotated[str, typer.Option("--source", "-s", help="Source whose ops to port and optimise.")],
     ops: Annotated[Optional[list[str]], typer.Option("--ops", "--op", help="Op name (repeatable); default all.")] = None,
     target: Annotated[str, typer.Option(help="Target the search pools run on: ascend, cuda or cpu.")] = "ascend",
-    max_tasks: Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, seeds included.")] = 40,
+    max_tasks: Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, initial candidates included.")] = 40,
     run: Annotated[Optional[str], typer.Option(help="Run name [<source>-<target>-<time>]; the same name again "
                                                     "re-enqueues what is missing, nothing twice.")] = None,
     generators: Annotated[str, typer.Option(help="Comma-separated generators: tune, port, inductor, llm.")] = "tune,port",

@@ -53,10 +53,10 @@ from farm.targets import DeviceSpec, resolve_device, through_mask, usable_device
 StoreOpt = Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store].")]
 TargetOpt = Annotated[str, typer.Option(help="cuda, ascend, cpu, or auto (the accelerator present, else cpu).")]
 GeneratorsOpt = Annotated[str, typer.Option(
-    help="Generators (tune, port, inductor, llm): ',' within a tier, '>' before a tier that seeds only ops the "
-         "earlier tiers could not; the default is 'tune,port>inductor' on an interpreted target (cpu) and adds "
+    help="Generators (tune, port, inductor, llm): ',' within a tier, '>' before a tier that gives initial "
+         "candidates only to ops the earlier tiers gave none; the default is 'tune,port>inductor' on an interpreted target (cpu) and adds "
          "'>llm' when llm.base_url is set.")]
-MaxTasksOpt = Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, seeds included.")]
+MaxTasksOpt = Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, initial candidates included.")]
 ProfileOpt = Annotated[str, typer.Option(
     "--profile", help="Evaluation rules: farm (default: strict tolerances, secret seeds) or kernelbench (its "
                       "tolerances, 5 trials, 100 timed reps, fast_p in the summary); docs/evaluator.md.")]

@@ -65,17 +65,39 @@ class Generator(ABC):
     # (--generators "tune,port>inductor>llm"); every generator of the tier that seeded proposes
     tier: int = 0
 
-    def seeds(self, ctx: Context) -> list[Proposal]:
-        """Initial candidates (generation 0); each seed starts a lineage. Default: none."""
+    def initial_candidates(self, ctx: Context) -> list[Proposal]:
+        """The op's first candidates (generation 0); each starts a lineage. Default: none."""
         return []
 
+    def no_initial_reason(self, ctx: Context) -> str:
+        """Why initial_candidates(ctx) gave nothing, in a few words, for the run's table and report.json."""
+        return "it makes no initial candidates"
+
+    # The earlier names of the two above, for plug-ins written against them: called, they answer
+    # as the new ones do; overridden (also in a subclass of a built-in generator), the search asks
+    # through them (initial_candidates_of, no_initial_reason_of).
+    def seeds(self, ctx: Context) -> list[Proposal]:
+        return self.initial_candidates(ctx)
+
     def no_seed_reason(self, ctx: Context) -> str:
-        """Why seeds(ctx) gave nothing, in a few words, for the run's table and report.json."""
-        return "it makes no seeds"
+        return self.no_initial_reason(ctx)
 
     @abstractmethod
     def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
         """Up to n new candidates derived from parent (and inspirations)."""
+
+
+def _overrides(gen: Generator, name: str) -> bool:
+    return getattr(type(gen), name) is not getattr(Generator, name)
+
+
+def initial_candidates_of(gen: Generator, ctx: Context) -> list[Proposal]:
+    """What the search asks a generator for first: seeds() where it still overrides that name."""
+    return gen.seeds(ctx) if _overrides(gen, "seeds") else gen.initial_candidates(ctx)
+
+
+def no_initial_reason_of(gen: Generator, ctx: Context) -> str:
+    return gen.no_seed_reason(ctx) if _overrides(gen, "no_seed_reason") else gen.no_initial_reason(ctx)
 
 
 _MODEL_NAME = re.compile(r"\bModel\b")

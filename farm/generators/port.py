@@ -47,12 +47,12 @@ class PortGenerator(Generator):
         if options:
             raise FarmError(f"port generator: unknown option(s) {', '.join(sorted(options))}; it takes none")
 
-    def no_seed_reason(self, ctx: Context) -> str:
+    def no_initial_reason(self, ctx: Context) -> str:
         if check_has_triton_kernel(pyast.parse(ctx.task_code), ctx.task_code):
             return "it only ports Triton kernels, and the Model launches none"
         return "the port passes change nothing in this Model"
 
-    def seeds(self, ctx: Context) -> list[Proposal]:
+    def initial_candidates(self, ctx: Context) -> list[Proposal]:
         if check_has_triton_kernel(pyast.parse(ctx.task_code), ctx.task_code):
             return []  # a PyTorch Model has no kernel to port
         source = model_as_candidate(ctx.task_code)

@@ -294,10 +294,10 @@ class TuneGenerator(Generator):
         self.tile_move_rate = tile_move_rate
         self.tile_seeds = tuple(tile_seeds)
 
-    def no_seed_reason(self, ctx: Context) -> str:
+    def no_initial_reason(self, ctx: Context) -> str:
         return "it only reworks Triton kernels, and the Model launches none"
 
-    def seeds(self, ctx: Context) -> list[Proposal]:
+    def initial_candidates(self, ctx: Context) -> list[Proposal]:
         """The original Model, when it is a Triton kernel (a PyTorch Model is no candidate), and
         the original with every kernel's tile scaled by each of tile_seeds (see tile_scaled)."""
         if not _kernels(pyast.parse(ctx.task_code)):

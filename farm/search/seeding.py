@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from farm.errors import FarmError
 from farm.generators import Generator
+from farm.generators.base import initial_candidates_of, no_initial_reason_of
 from farm.search.database import Database, normalized_hash
 
 if TYPE_CHECKING:
@@ -70,14 +71,14 @@ class Seeding:
         seen = set()
         for gen in generators:
             try:
-                proposals = gen.seeds(ctx)
+                proposals = initial_candidates_of(gen, ctx)
             except FarmError as exc:
                 log.warning("generator %s gave no seeds for %s: %s", gen.name, self.ref.key, exc)
                 self.seed_reasons[gen.name] = str(exc)
                 continue
             if not proposals:
                 try:
-                    self.seed_reasons[gen.name] = gen.no_seed_reason(ctx)
+                    self.seed_reasons[gen.name] = no_initial_reason_of(gen, ctx)
                 except Exception as exc:  # noqa: BLE001 - a reason is best effort
                     self.seed_reasons[gen.name] = f"no seed ({type(exc).__name__})"
             for p in proposals:

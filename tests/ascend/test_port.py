@@ -674,19 +674,19 @@ def _context(target: str, device: dict | None = None, seed: int = 0) -> Context:
 
 def test_seed_is_the_fully_ported_model_for_every_target():
     gen = load_generator("port")
-    [ascend] = gen.seeds(_context("ascend", {"num_aicore": 24, "num_vectorcore": 48}))
+    [ascend] = gen.initial_candidates(_context("ascend", {"num_aicore": 24, "num_vectorcore": 48}))
     assert ascend.generator == "port" and "NUM_VECTORCORE = 48" in ascend.source
     assert static_verdict(ascend.source) == ("", "") and errors(lint(ascend.source)) == []
-    [cuda] = gen.seeds(_context("cuda", {"sm_count": 132}))
+    [cuda] = gen.initial_candidates(_context("cuda", {"sm_count": 132}))
     assert "NUM_VECTORCORE = 132" in cuda.source and "4 * NUM_VECTORCORE" in cuda.source
-    [cpu] = gen.seeds(_context("cpu"))
+    [cpu] = gen.initial_candidates(_context("cpu"))
     assert cpu.source == port(model_as_candidate(_context("cpu").task_code), PortContext())
 
 
 def test_propose_gives_distinct_variants_that_keep_meaning(tmp_path):
     gen = load_generator("port")
     ctx = _context("ascend")
-    [seed] = gen.seeds(ctx)
+    [seed] = gen.initial_candidates(ctx)
     parent = Candidate(id="p", source=seed.source, generator="port", verdict="pass")
     proposals = gen.propose(parent, [], ctx, n=4)
     assert 1 <= len(proposals) <= 4 and len({p.source for p in proposals}) == len(proposals)

@@ -182,7 +182,7 @@ def test_generator_seeds_pass_the_evaluator_on_cpu():
     """cpu_backend="triton": inductor writes Triton that the interpreter runs; the seed passes."""
     path = REPO / "tasks" / "vllm_torch" / "rms_norm.py"
     gen = load_generator("inductor")
-    seeds = gen.seeds(_ctx(path, "vllm_torch", "cpu"))
+    seeds = gen.initial_candidates(_ctx(path, "vllm_torch", "cpu"))
     if not seeds and any("torch.compile failed" in r for r in gen.reasons):
         pytest.skip(f"this torch's inductor makes no Triton for the interpreter: {gen.reasons}")
     assert len(seeds) == 1, gen.reasons
@@ -203,7 +203,7 @@ def test_no_seeds_where_the_compiler_makes_no_triton(caplog):
     gen = load_generator("inductor")
     path = REPO / "tasks" / "vllm_torch" / "rms_norm.py"
     with caplog.at_level("INFO"):
-        assert gen.seeds(_ctx(path, "vllm_torch", "ascend")) == []
+        assert gen.initial_candidates(_ctx(path, "vllm_torch", "ascend")) == []
     assert "target ascend: no seeds" in gen.reasons[0]
     assert "target ascend: no seeds" in caplog.text
 
@@ -254,7 +254,7 @@ def test_model_with_parameters_gets_a_triton_seed_that_passes_on_cpu(tmp_path):
 def _seed_and_its_evaluation(path: Path):
     """The inductor seed of a task at bench shapes on the cpu, and its verdict."""
     gen = load_generator("inductor")
-    seeds = gen.seeds(_ctx(path, "mini", "cpu", shapes="bench"))
+    seeds = gen.initial_candidates(_ctx(path, "mini", "cpu", shapes="bench"))
     assert len(seeds) == 1, gen.reasons
     ref = taskfiles.TaskRef("mini", path.stem, path)
     spec = resolve_device("cpu")
@@ -313,7 +313,7 @@ def test_bare_parameters_are_rebuilt_by_a_copy_of_the_ground_truths_init(tmp_pat
 def test_bare_parameters_no_copy_can_rebuild_give_a_reason(tmp_path, setup, helper, why):
     path = _bias_task(tmp_path, setup, helper)
     gen = load_generator("inductor")
-    assert gen.seeds(_ctx(path, "mini", "cpu", shapes="bench")) == []
+    assert gen.initial_candidates(_ctx(path, "mini", "cpu", shapes="bench")) == []
     assert "outside a torch.nn layer" in gen.reasons[0] and why in gen.reasons[0], gen.reasons
 
 

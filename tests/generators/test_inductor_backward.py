@@ -18,7 +18,7 @@ def _seeds(op_path: Path, op: str):
     gen = InductorGenerator()
     ctx = Context(task_code=op_path.read_text(), op=op, source="training", target="cpu",
                   device={"shapes": "small"})
-    return gen, gen.seeds(ctx)
+    return gen, gen.initial_candidates(ctx)
 
 
 def test_declarations_are_read_without_running_the_file():

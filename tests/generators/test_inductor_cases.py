@@ -77,7 +77,7 @@ def _seed_and_evaluation(tmp_path: Path, text: str, name: str):
     ctx = Context(task_code=path.read_text(), op=name, source="mini", target="cpu",
                   device={"shapes": "bench", "cases": points})
     gen = load_generator("inductor")
-    seeds = gen.seeds(ctx)
+    seeds = gen.initial_candidates(ctx)
     assert len(seeds) == 1, gen.reasons
     assert "dynamic=False per case: 3 kernel sets" in seeds[0].note  # the benchmark case and the two
     with Evaluator(ref, data, spec) as ev:

@@ -156,7 +156,7 @@ def test_a_seed_for_all_three_passes_fresh_seeds_in_the_interpreter(tmp_path):
     path = tmp_path / "mixed.py"
     path.write_text(textwrap.dedent(TASK))
     gen = InductorGenerator(timeout_s=300)
-    seeds = gen.seeds(Context(task_code=path.read_text(), op="mixed", source="mini", target="cpu",
+    seeds = gen.initial_candidates(Context(task_code=path.read_text(), op="mixed", source="mini", target="cpu",
                               device={"shapes": "bench"}))
     assert len(seeds) == 1, gen.reasons
     source = seeds[0].source
@@ -169,4 +169,4 @@ def test_no_pytorch_truth_no_capture():
     """A Triton Model in reference-data mode: the generator says why without starting a child."""
     gen = InductorGenerator()
     ctx = Context(task_code="", op="x", source="sglang", target="cpu", device={"mode": "reference-data"})
-    assert gen.seeds(ctx) == [] and "no PyTorch truth" in gen.reasons[0]
+    assert gen.initial_candidates(ctx) == [] and "no PyTorch truth" in gen.reasons[0]

@@ -144,12 +144,12 @@ def test_tile_seeds_reach_a_whole_long_row_on_cuda():
     from pathlib import Path
 
     task = (Path(__file__).resolve().parents[2] / "tasks" / "vllm_triton" / "log_softmax_kernel.py").read_text()
-    cuda = TuneGenerator().seeds(Context(task_code=task, op="x", source="s", target="cuda"))
+    cuda = TuneGenerator().initial_candidates(Context(task_code=task, op="x", source="s", target="cuda"))
     values = [{k.name.split(".")[-1]: k.value for k in find_knobs(p.source)} for p in cuda]
     assert values[0] == {"BLOCK_SIZE": 1024, "num_warps": 4}  # the original first
     # 32000 columns in one block of 32 warps: past the old limits (16384, 16 warps)
     assert {"BLOCK_SIZE": 32768, "num_warps": 32} in values
-    assert len(TuneGenerator().seeds(Context(task_code=task, op="x", source="s", target="cpu"))) == 1
+    assert len(TuneGenerator().initial_candidates(Context(task_code=task, op="x", source="s", target="cpu"))) == 1
 
 
 AUTOGRAD_SOURCE = '''

@@ -94,11 +94,11 @@ def test_report_of_a_real_cpu_run_opens_in_chromium(cli, tmp_path):
 
 
 class Broken(Generator):
-    """A seed that launches no Triton kernel: the evaluator rejects it, nothing passes."""
+    """An initial candidate that launches no Triton kernel: the evaluator rejects it, nothing passes."""
 
     name = "broken"
 
-    def seeds(self, ctx):
+    def initial_candidates(self, ctx):
         return [Proposal("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
                          "        return x\n", self.name, "no kernel")]
 

@@ -36,7 +36,7 @@ class Listed(Generator):
     def __init__(self, names):
         self.names = names
 
-    def seeds(self, ctx):
+    def initial_candidates(self, ctx):
         return [Proposal((CHEATS / f"{n}.py").read_text() if n in CHEAT_NAMES else SOURCES[n], self.name, n)
                 for n in self.names]
 

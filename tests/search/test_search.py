@@ -159,12 +159,14 @@ def test_best_py_is_self_contained_and_importable(demo_store, tmp_path, monkeypa
     assert torch.allclose(got, data["outputs"][0])
 
 
+NO_KERNEL = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+
+
 class Broken(Generator):
     name = "broken"
 
-    def seeds(self, ctx):
-        return [Proposal("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n",
-                         self.name, "no kernel")]
+    def initial_candidates(self, ctx):
+        return [Proposal(NO_KERNEL, self.name, "no kernel")]
 
     def propose(self, parent, inspirations, ctx, n=1):
         return []
@@ -173,24 +175,36 @@ class Broken(Generator):
 class Silent(Generator):
     name = "silent"
 
-    def no_seed_reason(self, ctx):
+    def no_initial_reason(self, ctx):
         return "nothing to compile here"
 
     def propose(self, parent, inspirations, ctx, n=1):
         return []
 
 
-def test_zero_passing_kernels_is_reported_apart_from_success(demo_store):
+class OldBroken(Generator):
+    """Broken as a plug-in written against the interface's earlier names would define it."""
+
+    name, seeds, propose = "broken", Broken.initial_candidates, Broken.propose
+
+
+class OldSilent(Generator):
+    name, no_seed_reason, propose = "silent", Silent.no_initial_reason, Silent.propose
+
+
+@pytest.mark.parametrize("run, generators", [("zero", (Broken, Silent)), ("zero-old", (OldBroken, OldSilent))])
+def test_zero_passing_kernels_is_reported_apart_from_success(demo_store, run, generators):
     store, refs = demo_store
     data = load_reference(store, "demo", "row_sum")
-    out = search_op(refs["row_sum"], data, SearchContext(store, "zero", "cpu", [CPU], [Broken(), Silent()],
+    gens = [make() for make in generators]
+    out = search_op(refs["row_sum"], data, SearchContext(store, run, "cpu", [CPU], gens,
                                                          SearchConfig(max_tasks=4, max_concurrent=1)))
     assert out.status == "zero_pass" and out.stop_reason == "no_passing_parent" and out.submitted == 1
     # every generator of the tier is named: how its candidates failed, or why it gave no seed
     assert out.error.startswith("no passing kernel: broken: 1 of 1 failed: cheat 1 (not a Triton kernel")
     assert out.error.endswith("; silent: no seed: nothing to compile here")
-    assert not store.exists("kernels/cpu/demo/zero/best.json")
-    report = json.loads(store.get_bytes("runs/zero/demo/row_sum/report.json"))
+    assert not store.exists(f"kernels/cpu/demo/{run}/best.json")
+    report = json.loads(store.get_bytes(f"runs/{run}/demo/row_sum/report.json"))
     assert report["status"] == "zero_pass" and report["candidates"][0]["verdict"] == "cheat"
 
 

@@ -70,7 +70,8 @@ class InductorGenerator(Generator):
         self.timeout_s = float(timeout_s)
         self.shapes = shapes
         self.reasons: list[str] = []  # why a mode gave no seed (also logged), for callers and tests
-        self.captures: list[dict] = []  # what each mode's child recorded (farm.generators.inductor.capture), last seeds()
+        # what each mode's child recorded (farm.generators.inductor.capture), last initial_candidates()
+        self.captures: list[dict] = []
         self._tried: dict[tuple, set[str]] = {}  # (source, op, target, shapes) -> variants proposed (ops share it)
         self._made: dict[tuple, set[str]] = {}  # the same key -> kernels made (sources without their docstring)
         self._tried_lock = threading.Lock()
@@ -88,7 +89,7 @@ class InductorGenerator(Generator):
             return resolve_device(label)
         return resolve_device(f"{ctx.target}:{int(ctx.device.get('index', 0) or 0)}")
 
-    def seeds(self, ctx: Context) -> list[Proposal]:
+    def initial_candidates(self, ctx: Context) -> list[Proposal]:
         self.reasons, self.captures = [], []
         if not modes_of(ctx.target):
             self._skip(f"target {ctx.target}: no seeds: the target names no torch.compile mode whose Triton output "
@@ -194,7 +195,7 @@ class InductorGenerator(Generator):
             self._skip(f"mode {mode}: no seed: forward and backward kernels cannot be joined: {exc}")
             return None
 
-    def no_seed_reason(self, ctx: Context) -> str:
+    def no_initial_reason(self, ctx: Context) -> str:
         return "; ".join(self.reasons) or "no seed"
 
     def propose(self, parent: Candidate, inspirations: list[Candidate], ctx: Context, n: int = 1) -> list[Proposal]:
