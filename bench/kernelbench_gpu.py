@@ -151,7 +151,7 @@ def _bench(path: str, source: str | None, verify: bool = True) -> dict:
             return row
         seed_all(0)
         new = _load_candidate(source, Path(tmp), row["op"].lstrip("0123456789_") or "op")(*init_inputs).cuda().eval()
-        for trial in range(kb.fresh_seeds if verify else 0):
+        for trial in range(kb.fresh_inputs if verify else 0):
             seed_all(profiles.trial_seed(0, trial))
             trial_inputs = _draw_on_gpu(task)
             expected = tolerance.as_output_list(model(*trial_inputs))
@@ -165,7 +165,7 @@ def _bench(path: str, source: str | None, verify: bool = True) -> dict:
                 return row
             del trial_inputs, expected, got
         row["verdict"] = "pass"
-        row["trials"] = kb.fresh_seeds if verify else 0
+        row["trials"] = kb.fresh_inputs if verify else 0
         row["candidate"] = _time(lambda: new(*inputs), timer, kb.timing)
         row["speedup_vs_eager"] = row["eager"]["mean_ms"] / row["candidate"]["mean_ms"]
         row["speedup_vs_compile"] = row["compiled"]["mean_ms"] / row["candidate"]["mean_ms"]

@@ -58,7 +58,7 @@ GeneratorsOpt = Annotated[str, typer.Option(
          "'>llm' when llm.base_url is set.")]
 MaxTasksOpt = Annotated[int, typer.Option(min=1, help="Candidates to evaluate per op, initial candidates included.")]
 ProfileOpt = Annotated[str, typer.Option(
-    "--profile", help="Evaluation rules: farm (default: strict tolerances, secret seeds) or kernelbench (its "
+    "--profile", help="Evaluation rules: farm (default: strict tolerances, secret fresh inputs) or kernelbench (its "
                       "tolerances, 5 trials, 100 timed reps, fast_p in the summary); docs/evaluator.md.")]
 
 

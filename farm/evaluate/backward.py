@@ -3,7 +3,7 @@
 A candidate for such a task must be differentiable with Triton kernels in both directions
 (typically a torch.autograd.Function whose forward and backward launch them). After the
 forward checks pass, its input and parameter gradients, for the stored upstream gradient,
-are compared with the reference's: on the .pt, then on the secret fresh seeds against
+are compared with the reference's: on the .pt, then on the secret fresh inputs against
 Reference run on the target with an upstream gradient the candidate has never seen. A
 backward that launches no Triton kernel is PyTorch autograd of PyTorch ops, not a kernel for
 the backward (verdict cheat), and so is one whose gradients do not change when every Triton
@@ -71,7 +71,7 @@ class BackwardCheck:
         self._judge(got, self.pt_case, "against the reference data's gradients (.pt)", stop)
         for i, case in enumerate(self.fresh()):
             got = self._run(f"seed{i}", ev.fresh_cases()[i][0], case, stop)
-            self._judge(got, case, f"fresh seed {i + 1}: gradients against Reference on the target", stop)
+            self._judge(got, case, f"fresh input set {i + 1}: gradients against Reference on the target", stop)
         if self.fresh():
             last = len(self.fresh()) - 1
             ghost = ev._call("run_backward", ev.settings.limits.run_s, f"seed{last}", ev.fresh_cases()[last][0],

@@ -2,7 +2,7 @@
 once per runner and kept.
 
 The trusted runner used to rebuild the task's class for every run it was asked for: each
-secret seed's Reference run, each baseline, each kept slot. A rebuild unloads what was there
+fresh input set's Reference run, each baseline, each kept slot. A rebuild unloads what was there
 first (a full garbage collection and an emptied allocator cache: 0.14 s on the H100 host,
 bench/runner_overheads.py), so an op's fixed costs held the device for seconds of
 rebuilding. A built class is the same module every time (same file, same

@@ -14,7 +14,7 @@ from farm.targets import DeviceSpec
 
 @dataclass
 class EvalSettings:
-    fresh_seeds: int = 2
+    fresh_inputs: int = 2
     timing: dict = field(default_factory=dict)  # options for farm.evaluate.timing.measure
     limits: Limits = field(default_factory=Limits)
     # where the target's events time only the device (Target.host_check: cuda): a call whose host
@@ -48,6 +48,6 @@ class EvalSettings:
             # the interpreter is slow and its timings only rank roughly: a few repetitions,
             # whatever the profile says about timing
             return cls(timing={"warmup_ms": 0.0, "budget_ms": 300.0, "min_reps": 3, "max_reps": 20,
-                               "rse_target": 0.05}, fresh_seeds=rules.fresh_seeds, profile=profile,
+                               "rse_target": 0.05}, fresh_inputs=rules.fresh_inputs, profile=profile,
                        rounds=1, round_reps=2, retime_rounds=3)
-        return cls(timing=dict(rules.timing), fresh_seeds=rules.fresh_seeds, profile=profile)
+        return cls(timing=dict(rules.timing), fresh_inputs=rules.fresh_inputs, profile=profile)

@@ -9,7 +9,7 @@ Stages, each of which can end the evaluation with its verdict:
     verify   outputs on the .pt inputs against the .pt outputs;               -> mismatch | cheat
              inputs unchanged; a Triton kernel launched on the timed stream
              from the calling thread; a second run identical; the same check
-             on secret fresh seeds against Reference run on the target; then
+             on secret fresh inputs against Reference run on the target; then
              each recorded case of the op's shape space (farm.evaluate.space_cases)
     probes   secret input sets never shown to the candidate reach its runner
              (a verification: the timing's exclusive hold starts after them)
@@ -26,8 +26,8 @@ The parts, along the trust line (docs/evaluator.md, "Trust"):
     candidate runner  a fresh process per candidate, from a warm pool (farm.evaluate.pool,
                       farm.evaluate.sandbox): runs the candidate, returns plain outputs; its
                       claims (launches, threads, timings) are evidence, never the decision
-    trusted runner    the task's Model and Reference (`trusted`): the truth on fresh
-                      secret seeds and the baselines; never runs candidate code
+    trusted runner    the task's Model and Reference (`trusted`): the truth on the fresh
+                      inputs and the baselines; never runs candidate code
     verifier          this process: outputs against each case's truth (farm.evaluate.verifier)
     timer             this process's clock over every round (farm.evaluate.timer)
     protocol          typed, size- and time-bounded messages (farm.evaluate.protocol, .wire)
@@ -77,7 +77,7 @@ STAGE_PHASE = {"compile": device_lease.VERIFICATION, "verify": device_lease.VERI
 
 class Evaluator(TrustedSide, Comparison):
     """Evaluates candidates for one task on one device. Holds both runners, the .pt, the
-    secret fresh-seed cases and the baselines, so each candidate costs only its own runs.
+    secret fresh-input cases and the baselines, so each candidate costs only its own runs.
     `config`: the command's settings (the sandbox policy, the cases, the secrets to mask);
     None: the environment's and the config file's (farm.config.environment_settings)."""
 
@@ -326,10 +326,10 @@ class Evaluator(TrustedSide, Comparison):
         ghost = self._ghost_run(fresh[-1].key, fresh[-1].inputs) if fresh else None
         for i, case in enumerate(fresh):
             reply = self._call("run", limits.run_s, case.key, case.inputs, inplace_args=self.task.inplace_args)
-            self._check_run(reply, f"fresh seed {i + 1}")
+            self._check_run(reply, f"fresh input set {i + 1}")
             self.verifier.check_seed(reply["outputs"], case, first["outputs"])
             result.seeds_checked += 1
-            self._check_deadline(f"fresh seed {i + 1}")
+            self._check_deadline(f"fresh input set {i + 1}")
         self._verify_space(first, result)
         if fresh:
             self._ghost(reply["outputs"], ghost)
@@ -378,7 +378,7 @@ class Evaluator(TrustedSide, Comparison):
             self._put(key, inputs)
 
     def _time(self, result: EvalResult) -> None:
-        """Time on the secret fresh-seed inputs in rotation, then check that the timed calls
+        """Time on the secret fresh inputs in rotation, then check that the timed calls
         launched kernels and computed the verified answers: no cache, replay or lazy shortcut
         survives being timed."""
         keys, cases = self._time_cases()

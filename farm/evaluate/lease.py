@@ -4,7 +4,7 @@ Since compile-ahead (farm.evaluate.ahead) and several evaluators per device (sev
 batch, several candidates in flight), more than one thing may want the device at once. The
 rule is the one a timer needs: a timing (the per-call loop, the interleaved comparison, the
 baselines, the re-timing before promotion) holds the device alone; verification runs (first
-run, second run, fresh seeds, ghost replay, Reference on secret seeds) may share it with each
+run, second run, fresh inputs, ghost replay, Reference on fresh inputs) may share it with each
 other, never with a timing. So a reader-writer lock per device, with writers first: a timing
 waits for the runs in progress to finish, and no new run starts while a timing waits, so a
 stream of verifications can never starve the timer. Timings are served in the order they
@@ -62,7 +62,7 @@ class DeviceLease:
             raise ValueError(f"unknown device phase {phase!r}")
         held = getattr(self._mine, "phase", None)
         if held == TIMING or (held == VERIFICATION and phase == VERIFICATION):
-            yield  # nested in a hold that covers it (the first fresh-seed cases, drawn inside a verification)
+            yield  # nested in a hold that covers it (the first fresh-input cases, drawn inside a verification)
             return
         if held is not None:
             raise RuntimeError("a timing cannot start inside a verification's hold of the device")

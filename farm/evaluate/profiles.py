@@ -4,7 +4,7 @@
 |---|---|---|
 | fp32 tolerance (atol, rtol) | 1e-5, 1e-4 | 1e-4, 1e-4 |
 | fp16 / bf16 tolerance | 1e-3, 2e-3 / 1e-2, 1.6e-2 | 1e-2, 1e-2 / 1e-2, 1e-2 |
-| correctness input sets | the .pt's + 2 secret fresh seeds | the .pt's + 5 trials, seeds derived from the .pt's seed |
+| correctness input sets | the .pt's + 2 secret fresh input sets | the .pt's + 5 trials, seeds derived from the .pt's seed |
 | timing | warm-up, flushed reps until 3% RSE or budget; median | 1 warm-up call, 100 flushed event-timed reps; mean |
 | summary | speedups per op | speedups per op and fast_p (p = 0, 1, 2) |
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 class Profile:
     name: str
     tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)  # over compare.DEFAULT_TOLERANCE
-    fresh_seeds: int = 2
+    fresh_inputs: int = 2
     derived_seeds: bool = False  # trial seeds derived from the .pt's seed (KernelBench) or secret (farm)
     timing: dict = field(default_factory=dict)  # over the target's timing options
     statistic: str = "median_ms"  # of the timing stats, for speedups
@@ -42,7 +42,7 @@ PROFILES = {
     "kernelbench": Profile(
         "kernelbench",
         tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)},
-        fresh_seeds=5,
+        fresh_inputs=5,
         derived_seeds=True,
         timing={"warmup_ms": 0.0, "min_reps": 100, "max_reps": 100, "rse_target": 0.0, "budget_ms": 60_000.0},
         statistic="mean_ms",

@@ -414,7 +414,7 @@ class Comparison(EvaluatorState):
         try:
             self.trusted.ensure_started()
             if not self.uses_seed_sets:  # else the stored secret sets are all the truth there is
-                drawn, seeds = self.draw_cases(self.settings.fresh_seeds, fresh=True, prefix="retime")
+                drawn, seeds = self.draw_cases(self.settings.fresh_inputs, fresh=True, prefix="retime")
                 self._cases, self._seeds = drawn + (saved[1] or [])[-self._probe_count():], seeds
             yield
         finally:

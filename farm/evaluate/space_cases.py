@@ -6,7 +6,7 @@ decode sizes. The reference data records the original Model at a spread of cases
 .pt (farm.reference.cases: `refs/<source>/<op>.cases`); the evaluator
 
 - verifies every candidate at each of them (`evaluator.cases`: how many; -1 all), after the
-  cheap checks on the .pt and the secret seeds passed, and a failure names the case (its
+  cheap checks on the .pt and the fresh inputs passed, and a failure names the case (its
   label, dimension values, input shapes and dtypes, seed);
 - times a serving mix (`evaluator.timed_cases`): the benchmark case and, by default on a
   compiled target, the decode-like `low` case (1 where the space starts there) and the

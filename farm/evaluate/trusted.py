@@ -87,7 +87,7 @@ class TrustedSide(EvaluatorState):
 
     @property
     def uses_seed_sets(self) -> bool:
-        """Reference-data mode: the stored secret seed sets stand in for Reference on fresh seeds."""
+        """Reference-data mode: the stored secret seed sets stand in for Reference on fresh inputs."""
         return self.task.reference_cls is None and bool(self.seed_sets)
 
     def _probe_count(self) -> int:
@@ -131,7 +131,7 @@ class TrustedSide(EvaluatorState):
             self._cases = [(list(i), list(o)) for i, o in self.seed_sets or ()]
             self._seeds = [None] * len(self._cases)
         if self._cases is None:
-            self._cases, self._seeds = self.draw_cases(self.settings.fresh_seeds + PROBES)
+            self._cases, self._seeds = self.draw_cases(self.settings.fresh_inputs + PROBES)
         return self._cases
 
     def draw_cases(self, n: int, fresh: bool = False, prefix: str = "seed") -> tuple[list, list]:
@@ -140,13 +140,13 @@ class TrustedSide(EvaluatorState):
         cases, seeds = [], []
         for i in range(n):
             seed = secrets.randbelow(2**31 - 1) + 1
-            if self.profile.derived_seeds and i < self.settings.fresh_seeds and not fresh:
+            if self.profile.derived_seeds and i < self.settings.fresh_inputs and not fresh:
                 seed = profiles.trial_seed(int(self.data.get("seed", 0) or 0), i)
             inputs = draw_inputs(self.task, seed)
             with self._device(device_lease.VERIFICATION):  # Reference on the device: never beside a timing
                 reply = self._reference_run("Reference", f"{prefix}{i}", inputs)
             if not reply.ok:
-                raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh seed: "
+                raise FarmError(f"{self.ref.path}: Reference fails on {self.spec.label} for a fresh input set: "
                                 f"{self._clean(str(reply.get('error')), REASON_CHARS)}")
             cases.append((inputs, reply["outputs"]))
             seeds.append(seed)
@@ -157,13 +157,13 @@ class TrustedSide(EvaluatorState):
         ones (more cases per op, shapes of its space among them, plug in here)."""
         pt = Case("pt", self.inputs, self.expected, "against the reference data (.pt)", self.data.get("seed"))
         label = ("secret seed set {} recorded from the original Model" if self.uses_seed_sets
-                 else "fresh seed {} against Reference on the target")
+                 else "fresh input set {} against Reference on the target")
         fresh = [Case(f"seed{i}", inputs, expected, label.format(i + 1), secret=True)
                  for i, (inputs, expected) in enumerate(self.fresh_cases())]
         return [pt, *fresh]
 
     def fixed_costs(self) -> dict:
-        """What this evaluator paid once per op: the secret fresh-seed cases (inputs and the
+        """What this evaluator paid once per op: the secret fresh-input cases (inputs and the
         truth on the target) and the baselines. The search stores them with its checkpoint so
         that later chunks and other workers adopt them instead of paying again."""
         return {"cases": None if self.uses_seed_sets else self._all_cases(), "baseline": self.baseline()}

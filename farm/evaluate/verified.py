@@ -1,7 +1,7 @@
 """How a pass was verified beyond the .pt, in one place: the record every verdict, report,
 best.json and leaderboard carries, and the words they show.
 
-    {"by": "reference", "sets": N, "truth": ...}   Reference run on the target on N secret fresh seeds
+    {"by": "reference", "sets": N, "truth": ...}   Reference run on the target on N secret fresh input sets
     {"by": "seed_sets", "sets": N, "truth": ...}   N secret seed sets of the original Model, recorded
                                                    on the reference platform (reference-data mode)
     {"by": "pt_only", "sets": 0, "unseen_inputs": False, ...}
@@ -54,7 +54,7 @@ def _unseen(verified: dict, checked: int | None) -> str:
         truth = verified.get("truth") or "original Model recorded on the reference platform"
         return f"{done}{verified.get('sets')} secret seed sets of the {truth} (reference-data mode)"
     count = checked if checked is not None else verified.get("fresh_seeds", verified.get("sets", "?"))
-    return f"{count} secret fresh seeds against {_truth(verified)}"
+    return f"{count} secret fresh input sets against {_truth(verified)}"
 
 
 def short(verified: dict | None) -> str:
@@ -64,7 +64,7 @@ def short(verified: dict | None) -> str:
         return "NO unseen inputs"
     if verified.get("by") == "seed_sets":
         return f"{verified.get('sets')} seed sets"
-    return f"{verified.get('fresh_seeds', verified.get('sets', '?'))} fresh seeds"
+    return f"{verified.get('fresh_seeds', verified.get('sets', '?'))} fresh input sets"
 
 
 def _truth(verified: dict) -> str:

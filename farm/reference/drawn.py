@@ -19,7 +19,7 @@ recipe and, per output, its digest and an evenly spaced sample of elements (`out
 A target on the same device and torch redraws the inputs from the seed (`redraw`): equal digests
 prove they are the recorded ones, and the target's truth is checked against the samples within
 tolerance (`check_samples`). Elsewhere (another device draws other numbers) the target draws
-its own inputs from the seed and its own truth judges candidates, as for fresh seeds.
+its own inputs from the seed and its own truth judges candidates, as for fresh inputs.
 
 The digest is exact, not cryptographic: the .pt that holds it is sha256-checked; the digest
 only has to tell a redraw that differs. It is computed on the device that holds the tensor, the

@@ -1,7 +1,7 @@
 """Secret seed sets: the truth of a task in reference-data mode beyond the public .pt.
 
 A task whose Model launches Triton kernels and that has no usable Reference cannot be run
-on fresh seeds on the target: nothing there computes the right answer. So the reference
+on fresh inputs on the target: nothing there computes the right answer. So the reference
 worker, which runs the original Model on the reference platform, records further sets of
 inputs and outputs from seeds it draws at random and never publishes. They are stored
 apart from the .pt (which keeps exactly the existing keys, plus a pointer to them), at

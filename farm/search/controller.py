@@ -389,7 +389,8 @@ class OpSearch(Seeding):
                 "baseline_timing": results.baseline_spread(baseline, TIMING_KEPT), "started_at": self.started_at,
                 "finished_at": now(),
                 "verified": {"ref_sha256": self.data.get("_sha256") or "", "ref_device": self.data.get("device_name", ""),
-                             "fresh_seeds": self.evaluation.settings_for(self.devices[0]).fresh_seeds,
+                             # the stored key keeps the earlier word for the fresh inputs
+                             "fresh_seeds": self.evaluation.settings_for(self.devices[0]).fresh_inputs,
                              "profile": self.evaluation.profile, **self.verified_by},
                 "generators": sorted(self.generators), "config": self.ctx.record(), "provenance": self.provenance,
                 "no_seed": self.no_seed_text() if not (self.db.records or self.pending_seeds) else ""}

@@ -28,7 +28,7 @@ def test_a_runner_builds_each_of_the_tasks_classes_once_and_hands_them_out_again
     path = str(ROW_SUM)
     assert runner.load_task(path, "demo", "small", "Reference", [])["ok"]
     reference = runner.model
-    for _ in range(3):  # the secret seeds' runs: one build
+    for _ in range(3):  # the fresh inputs' runs: one build
         assert runner.load_task(path, "demo", "small", "Reference", [])["ok"] and runner.model is reference
     assert runner.load_task(path, "demo", "small", "Model", [])["ok"]
     model = runner.model

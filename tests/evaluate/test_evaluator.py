@@ -271,7 +271,7 @@ def test_log_limit_kills_the_runner_and_the_next_candidate_may_print(ev):
 @pytest.mark.xfail(strict=True, raises=PoisonIneffective,
                    reason="sandbox_child.Runner._poison now fills blocks of each output's exact size (and "
                           "1 MB), but on cpu glibc still hands a small torch.empty output a chunk that held the "
-                          "previous candidate's answer rather than a poisoned one; the fresh seeds stop the "
+                          "previous candidate's answer rather than a poisoned one; the fresh inputs stop the "
                           "exploit (mismatch), the poison does not make it NaN")
 def test_poisoning_makes_an_unwritten_output_nan(ev):
     assert ev.evaluate(GOOD, "good_row_sum.py").passed  # leaves its answer in freed memory
@@ -413,7 +413,7 @@ def test_candidate_runner_never_receives_expected_outputs(ev, refs, monkeypatch)
     for cmd, t in sent_tensors:
         assert not any(t.shape == e.shape and torch.equal(t, e) for e in expected), cmd
         assert tuple(t.shape) == (7, 300), (cmd, t.shape)  # the input's shape, never the output's
-    # the .pt inputs and each fresh seed's inputs, nothing else
+    # the .pt inputs and each fresh input set's inputs, nothing else
     input_sets = [refs.data["inputs"][0]] + [inputs[0] for inputs, _ in cases]
     assert all(any(torch.equal(t, i) for i in input_sets) for _, t in sent_tensors)
     assert all(any(torch.equal(t, i) for _, t in sent_tensors) for i in input_sets)
@@ -488,7 +488,7 @@ finally:
 def test_candidate_cannot_read_the_evaluators_environment_or_memory():
     """Run as root (as in CI), only the sandbox's PID namespace keeps /proc/<parent>/environ
     (the worker's AWS_*/FARM_* secrets, whatever candidate_env filters) and /proc/<parent>/mem
-    (the expected outputs of the secret fresh seeds) out of reach; the static checks are evaded
+    (the expected outputs of the secret fresh inputs) out of reach; the static checks are evaded
     with `from os import open` and a split '/proc/'. Without bubblewrap this leaks (skipped,
     or failed under CI)."""
     from tests.evaluate.test_boundary import require_bwrap

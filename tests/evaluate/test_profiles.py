@@ -88,8 +88,8 @@ def setup(tmp_path_factory):
 def test_profiles_side_by_side():
     farm, kb = profiles.get("farm"), profiles.get("kernelbench")
     assert kb.tolerance == {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)}
-    assert farm.tolerance == {} and farm.fresh_seeds == 2 and not farm.derived_seeds
-    assert kb.fresh_seeds == 5 and kb.derived_seeds and kb.statistic == "mean_ms"
+    assert farm.tolerance == {} and farm.fresh_inputs == 2 and not farm.derived_seeds
+    assert kb.fresh_inputs == 5 and kb.derived_seeds and kb.statistic == "mean_ms"
     assert kb.timing["min_reps"] == kb.timing["max_reps"] == 100
     seeds = [profiles.trial_seed(0, i) for i in range(5)]
     assert len(set(seeds)) == 5 and seeds == [profiles.trial_seed(0, i) for i in range(5)]

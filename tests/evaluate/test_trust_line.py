@@ -245,7 +245,7 @@ def test_a_failed_case_is_named_with_its_shapes_dtypes_and_seed_unless_secret():
     verifier = Verifier(DEFAULT_TOLERANCE)
     x = torch.randn(7, 300)
     public = Case("pt", [x], [x.sum(1)], "against the reference data (.pt)", seed=123)
-    secret = Case("seed0", [x], [x.sum(1)], "fresh seed 1 against Reference on the target", seed=99, secret=True)
+    secret = Case("seed0", [x], [x.sum(1)], "fresh input set 1 against Reference on the target", seed=99, secret=True)
     with pytest.raises(Stop, match=r"\(.pt\) \(inputs \[7, 300\] float32; seed 123\): output 0"):
         verifier.check([x.sum(1) * 2], public)
     with pytest.raises(Stop) as stop:

@@ -71,7 +71,7 @@ print("ok")
 
 def run_in_interpreter(source: str, cap: dict, tmp_path: Path, seeds=(1, 2), expect: str = "ok",
                        task: Path | None = None) -> str:
-    """ModelNew against the task's ground truth on fresh seeds, with the farm's tolerances, in a
+    """ModelNew against the task's ground truth on fresh inputs, with the farm's tolerances, in a
     fresh interpreter (TRITON_INTERPRET must be set before triton is first imported)."""
     cand = tmp_path / f"cand_{cap['op']}.py"  # Triton reads kernel source from the file
     cand.write_text(source)

@@ -5,7 +5,7 @@ PyTorch truth of a Triton original.
 
 Most tests are in-process and cheap (the copy of a constructor, the description of a capture);
 one compiles a task holding all three kinds on the cpu target and runs its seed in the Triton
-interpreter against the ground truth on fresh seeds."""
+interpreter against the ground truth on fresh inputs."""
 
 from __future__ import annotations
 
@@ -149,10 +149,10 @@ def test_plain_values_that_depend_on_the_inputs_are_no_constants():
     capture._same_constants((torch.ones(4), None), model, lambda: pytest.fail("no plain value: no second draw"))
 
 
-def test_a_seed_for_all_three_passes_fresh_seeds_in_the_interpreter(tmp_path):
+def test_a_seed_for_all_three_passes_fresh_inputs_in_the_interpreter(tmp_path):
     """The whole path on the cpu target: capture, assembly (copied constructor, helpers at module
     level, the table method in ModelNew, outputs read from the module) and a run against the
-    ground truth on fresh seeds."""
+    ground truth on fresh inputs."""
     path = tmp_path / "mixed.py"
     path.write_text(textwrap.dedent(TASK))
     gen = InductorGenerator(timeout_s=300)

@@ -82,7 +82,7 @@ def test_report_of_a_real_cpu_run_opens_in_chromium(cli, tmp_path):
     for op in ("demo/row_sum", "demo/swiglu", "demo/vector_add_scale"):
         assert op in text
     assert "not recorded" not in text.split("Ops")[0]  # the summary's figures all come from the store
-    assert "flush write" in text and "host_clock" in text and "fresh seed" in text
+    assert "flush write" in text and "host_clock" in text and "fresh input set" in text
     assert "vs torch.compile" in text and "not measured" in text  # no search here times torch.compile
     for link in local_links(page):
         assert link.is_file(), link

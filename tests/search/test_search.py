@@ -148,7 +148,7 @@ def test_best_py_is_self_contained_and_importable(demo_store, tmp_path, monkeypa
     path = tmp_path / "best.py"
     path.write_bytes(store.get_bytes("kernels/cpu/demo/vector_add_scale/best.py"))
     text = path.read_text()
-    assert "speedup vs original Model" in text and "fresh seeds" in text
+    assert "speedup vs original Model" in text and "fresh input sets" in text
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # a CPU run of a Triton kernel
     spec = importlib.util.spec_from_file_location("best_mod", path)
     mod = importlib.util.module_from_spec(spec)

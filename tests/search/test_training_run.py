@@ -1,5 +1,5 @@
 """`farm run` on training ops on the CPU: the offline generators find kernels that pass forward
-and backward, each re-verified on fresh seeds (issue: training ops)."""
+and backward, each re-verified on fresh inputs (issue: training ops)."""
 
 import json
 import shutil

@@ -6,7 +6,7 @@ On a hit it returns the cached output and launches a do-nothing kernel so that t
 counter is satisfied. Verification clones fresh inputs each run, so it sees correct results
 (a hit only happens on equal values); the timing loop calls forward on the same tensors again
 and again and times cache hits. (Keyed on data_ptr alone, the cache also hits when the
-allocator reuses an address for the fresh-seed inputs: then the evaluator says cheat, or, when
+allocator reuses an address for the fresh inputs: then the evaluator says cheat, or, when
 the addresses happen to differ, pass: a coin toss.)
 
 Expected verdict: cheat (outputs cached across calls; the timed calls did no kernel work).

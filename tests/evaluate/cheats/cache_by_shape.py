@@ -2,7 +2,7 @@
 
 Computes once per shape with the real kernel, then returns that output for every later call
 of the same shape, launching a do-nothing kernel so that the launch counter is satisfied.
-Passes the check against the reference file and the second run (same inputs); only the fresh seeds expose it.
+Passes the check against the reference file and the second run (same inputs); only the fresh inputs expose it.
 
 Expected verdict: cheat ("returned the same outputs as for different inputs").
 """

@@ -1,7 +1,7 @@
 """Exploit: honest during verification, idle while being timed.
 
 The evaluator always verifies with a fixed number of calls (first run, second run, one per
-fresh seed) before timing. This candidate counts its calls and, once verification is over,
+fresh input set) before timing. This candidate counts its calls and, once verification is over,
 returns an uninitialised tensor without launching any kernel: the timing stage never looks at
 outputs or at the launch count.
 
@@ -32,7 +32,7 @@ def row_sum(x):
     return out
 
 
-VERIFY_CALLS = 4  # first run, second run, two fresh seeds (EvalSettings.fresh_seeds == 2)
+VERIFY_CALLS = 4  # first run, second run, two fresh input sets (EvalSettings.fresh_inputs == 2)
 
 
 class ModelNew(nn.Module):

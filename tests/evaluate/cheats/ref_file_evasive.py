@@ -9,7 +9,7 @@ the file was read).
 
 Expected verdict: runtime_error inside the sandbox (farm.evaluate.boundary: the store is out of
 sight, "could not find a reference file"); without it, cheat, from the dynamic layer (the same
-outputs for the fresh seeds).
+outputs for the fresh inputs).
 """
 import os
 import pwd

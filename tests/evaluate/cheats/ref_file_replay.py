@@ -2,7 +2,7 @@
 
 Same file access as ref_file_evasive.py (static checks evaded), but smarter: when the inputs
 equal the inputs stored in the reference file it returns the stored outputs (plus a do-nothing launch),
-and on any other inputs it runs the real kernel. The fresh seeds therefore see correct
+and on any other inputs it runs the real kernel. The fresh inputs therefore see correct
 outputs. The evaluator used to time on the file's inputs and so measured the replay; it now
 times on secret fresh inputs and checks the timed calls' outputs, so the replay gains nothing.
 

@@ -1,7 +1,7 @@
 """Exploit (sabotage of later candidates): corrupt the input sets the runner keeps between
 candidates.
 
-The runner keeps each input set (the reference file's, each fresh seed's) on its device and
+The runner keeps each input set (the reference file's, each fresh input set's) on its device and
 hands every candidate a clone. This candidate computes its own answer honestly, then finds
 those kept input sets through the garbage collector (imported via `__builtins__`, so the static
 checks let it through) and zeroes them in place. Its own clone is untouched, so the
