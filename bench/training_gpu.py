@@ -278,7 +278,7 @@ def search_all(refs, store, spec, gens, args) -> dict[str, dict]:
 
 def _search_verdict(store, ref, best_id: str) -> dict:
     """--no-reverify: the verdict the search gave the best (forward and backward verified on
-    the .pt and the secret seed sets), instead of a second Evaluator pass (about a minute per
+    the .pt and the secret input sets), instead of a second Evaluator pass (about a minute per
     op on the H100)."""
     rec = Database.from_dict(store.read_json(f"runs/bench/{ref.source}/{ref.op}/state.json")["db"]).records[best_id]
     return {"verdict": rec.verdict, "reason": rec.reason, "backward": rec.backward, "from": "search record",

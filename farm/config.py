@@ -121,7 +121,7 @@ class ReferenceSettings(_Section):
                                                 option="--seed"))
     # a child starts in seconds (torch's import alone): a shorter limit fails every op
     timeout_s: float = field(default=600.0, metadata=_meta("limit per op, in its own process", ge=1, option="--timeout"))
-    seed_sets: int = field(default=4, metadata=_meta("secret seed sets per reference-data-mode op (task-format.md)",
+    seed_sets: int = field(default=4, metadata=_meta("secret input sets per reference-data-mode op (task-format.md)",
                                                      ge=1))
     cases: int = field(default=-1, metadata=_meta("cases of the shape space recorded beside each .pt; -1: 6, 2 on cpu",
                                                   ge=-1))

@@ -80,7 +80,7 @@ def push(
     as_json: bool = JsonOption,
 ) -> None:
     """Copy a local reference folder into the store (replaces scp); the store's manifest is merged.
-    Every object is checked first (sha256, loads as a reference .pt, its secret seed sets from
+    Every object is checked first (sha256, loads as a reference .pt, its secret input sets from
     the folder's .secrets/ against the sha256 it records): a bad one is refused and never
     replaces what the store holds."""
     folder = Path(from_dir).expanduser()
@@ -169,9 +169,9 @@ def _report(rows: list[dict], title: str, as_json: bool) -> None:
     if as_json:
         print_json(rows)
     else:
-        seed_sets = any("seed_sets" in r for r in rows)  # copies: the secret seed sets that went with each .pt
+        seed_sets = any("seed_sets" in r for r in rows)  # copies: the secret input sets that went with each .pt
         out.print(table(f"{title}: {len(rows)} objects",
-                        ["source", "op", "status", "size"] + (["seed sets"] if seed_sets else []) + ["error"],
+                        ["source", "op", "status", "size"] + (["secret input sets"] if seed_sets else []) + ["error"],
                         [[r["source"], r["op"], r["status"], fmt_size(r.get("size_bytes"))]
                          + ([r.get("seed_sets", "")] if seed_sets else []) + [r.get("error", "")] for r in rows]))
     bad = [r for r in rows if r["status"] not in ("ok", "copied", "up to date", "repaired")]

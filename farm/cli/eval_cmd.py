@@ -30,7 +30,7 @@ from farm.evaluate.evaluator import EvalSettings, Evaluator, describe_timing
 from farm.evaluate.timing import check_flush, check_mode
 from farm.reference import cases as ref_cases
 from farm.reference import folder as refolder
-from farm.reference import manifest, seedsets
+from farm.reference import manifest, secret_inputs
 from farm.reference.generate import load_pt
 from farm.storage import open_store
 from farm.targets import available, resolve_device, usable_device
@@ -115,18 +115,18 @@ def _task_ref(s, task: Path | None, source: str | None, op: str | None) -> taskf
 
 
 def _reference_data(s, ref: taskfiles.TaskRef, ref_pt: Path | None) -> dict:
-    st = open_store(s.store, s)  # also where secret seed sets of reference-data-mode ops live
+    st = open_store(s.store, s)  # also where secret input sets of reference-data-mode ops live
     if ref_pt:
         if not ref_pt.is_file():
             raise FarmError(f"reference file {ref_pt} (--ref-pt) does not exist")
-        return refolder.load(ref_pt, st)  # seed sets from its folder's .secrets/, else the store
+        return refolder.load(ref_pt, st)  # secret input sets from its folder's .secrets/, else the store
     key = manifest.ref_key(ref.source, ref.op)
     if st.head(key) is None:
         raise FarmError(f"no reference data {key} in {st.url}: run `farm reference --source {ref.source} "
                         f"--ops {ref.op}` first, or pass --ref-pt")
     with tempfile.TemporaryDirectory(prefix="farm-eval-") as tmp:
         st.get_file(key, Path(tmp) / "ref.pt")
-        return ref_cases.attach(st, seedsets.attach(st, load_pt(Path(tmp) / "ref.pt")))
+        return ref_cases.attach(st, secret_inputs.attach(st, load_pt(Path(tmp) / "ref.pt")))
 
 
 def _print(result, candidate: Path, ref: taskfiles.TaskRef) -> None:

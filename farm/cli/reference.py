@@ -36,7 +36,7 @@ def reference(
     ops: OpsOpt = None,
     output_dir: Annotated[Optional[str], typer.Option(
         "--output-dir", "-o", help="Write <dir>/<source>/<op>.pt and <dir>/manifest.json (the existing tools' layout), and "
-                                   "the secret seed sets of reference-data-mode ops in <dir>/.secrets/.")] = None,
+                                   "the secret input sets of reference-data-mode ops in <dir>/.secrets/.")] = None,
     store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store]; not with "
                                                    "--output-dir (the folder holds everything the target needs).")] = None,
     device: Annotated[str, typer.Option(help="Source device: N (CUDA index), cuda:N, cpu, npu:N, or auto.")] = "auto",
@@ -53,7 +53,7 @@ def reference(
     if output_dir and store:
         raise FarmError("give either --output-dir (a folder to copy to the target host) or --store, not both")
     s = settings(ctx, {"reference.seed": seed, "reference.timeout_s": timeout, "store": store, "reference.jobs": jobs})
-    # a folder holds the .pt files in the existing tools' layout and the secret seed sets in a
+    # a folder holds the .pt files in the existing tools' layout and the secret input sets in a
     # hidden folder those tools never read: copied whole, it is all the target host needs
     target = open_folder(output_dir, "--output-dir", force) if output_dir else open_store(s.store, s)
     spec = usable_device(device, default_target="cuda")
@@ -104,5 +104,5 @@ def _summary(results: list[dict], url: str):
 def _truth(r: dict) -> str:
     cases = f" +{r['cases']} cases" if r.get("cases") else ""
     if r.get("mode") == "reference-data":
-        return (f"recorded, {r.get('seed_sets') or 0} secret seed sets" if r.get("success") else "recorded") + cases
+        return (f"recorded, {r.get('seed_sets') or 0} secret input sets" if r.get("success") else "recorded") + cases
     return (r.get("reference_class") or ("Model" if r.get("mode") == "model" else "-")) + cases

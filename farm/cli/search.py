@@ -118,7 +118,7 @@ def search(
     op: Annotated[Optional[str], typer.Option(help="One op; without it, every cached op of the source(s).")] = None,
     ref_pt: Annotated[Optional[Path], typer.Option(
         help="Reference data file, with --task-file, outside any store: e.g. DIR/<source>/<op>.pt of a folder copied "
-             "from the reference host (its secret seed sets are read from DIR/.secrets/).")] = None,
+             "from the reference host (its secret input sets are read from DIR/.secrets/).")] = None,
     task_file: Annotated[Optional[Path], typer.Option(
         "--task-file", "--benchmark-file", help="Task file that goes with --ref-pt (--benchmark-file: the existing "
                                                 "tools' name).")] = None,
@@ -334,8 +334,8 @@ def _report(rows: list[dict], run: str, st, as_json: bool, page: bool, profile: 
                  and r["status"] in ("succeeded", "skipped")]
     if unchecked:
         say(f"{len(unchecked)} op(s) verified on the .pt alone, NO unseen inputs checked (their reference data records "
-            f"no secret seed sets: made by the existing tools' generator; `farm reference --output-dir` records them): "
-            f"{', '.join(unchecked)}", style="bold yellow")
+            f"no secret input sets: made by the existing tools' generator; `farm reference --output-dir` records "
+            f"them): {', '.join(unchecked)}", style="bold yellow")
     failed = [r for r in rows if r["status"] == "failed" or (r["status"] == "skipped" and r.get("previous") == "error")]
     if failed:
         where = ["the error column above" if not as_json else "each op's \"error\" in the JSON"]

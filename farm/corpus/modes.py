@@ -7,7 +7,7 @@ as Reference only when it runs without them, and that is decided by trying: in t
 own child process, on the CPU, with the small inputs (or, where none can be derived, the file's own).
 A class that names one of those packages in its source is not tried. Otherwise the task is
 in reference-data mode: the original Model's outputs on the reference platform are the truth
-(farm.reference stores secret seed sets beside the .pt for it).
+(farm.reference stores secret input sets beside the .pt for it).
 
 Trials are remembered per file content (sha256) in a small JSON file, so `farm ops list`
 pays for a trial once per version of a file.

@@ -52,7 +52,7 @@ class BackwardCheck:
         self._fresh: list[dict] | None = None
 
     def fresh(self) -> list[dict]:
-        """Reference's gradients on the secret seed sets, for upstream gradients of their own."""
+        """Reference's gradients on the secret input sets, for upstream gradients of their own."""
         if self._fresh is None:
             ev, cases = self.ev, []
             for i, (inputs, expected) in enumerate(ev.fresh_cases()):

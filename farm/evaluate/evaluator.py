@@ -94,11 +94,11 @@ class Evaluator(TrustedSide, Comparison):
         self.shapes = ref_data.get("shapes", "bench")
         self.task = modes.as_recorded(modes.load_resolved(task_ref, self.shapes, ref_data.get("reference_class"),
                                                           ref_data.get("mode")), ref_data)
-        self.seed_sets = ref_data.get("_seed_sets")
-        # reference-data mode with a .pt that records no secret seed sets (made by the existing
+        self.secret_inputs = ref_data.get("_secret_inputs")
+        # reference-data mode with a .pt that records no secret input sets (made by the existing
         # tools' generator): nothing on the target knows the answer on other inputs, so a pass
         # rests on the .pt alone, and every verdict says so (farm.evaluate.verified)
-        self.pt_only = self.task.reference_cls is None and self.task.mode == "reference-data" and not self.seed_sets
+        self.pt_only = self.task.reference_cls is None and self.task.mode == "reference-data" and not self.secret_inputs
         # the profile's tolerances, over them the task's own TOLERANCE, no finer than the inputs
         self.tolerance = tolerance.through_inputs({**self.profile.tolerance, **self.task.tolerance},
                                                 ref_data.get("input_dtypes"), self.task.tolerance)

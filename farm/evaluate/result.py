@@ -40,7 +40,7 @@ class EvalResult:
     frontend: dict | None = None  # the target's frontend check: what ran, per kernel (or why not)
     # how the verdict was verified beyond the .pt: {"by": "reference" | "seed_sets", "sets": N,
     # "truth": ...}; "reference" = Reference run on the target on N secret fresh input sets,
-    # "seed_sets" = N secret seed sets of the original Model recorded on the reference platform
+    # "seed_sets" = N secret input sets of the original Model recorded on the reference platform
     verified: dict = field(default_factory=dict)
     # what bounded the runner besides time and memory: pids limit and how, tmpfs sizes (MB)
     runner_limits: dict = field(default_factory=dict)

@@ -79,7 +79,7 @@ class Comparison(EvaluatorState):
 
     def _time_cases(self) -> tuple[list[str], list]:
         """The secret input sets timing rotates through; the .pt's own where there are none
-        (reference data without secret seed sets: farm.evaluate.verified)."""
+        (reference data without secret input sets: farm.evaluate.verified)."""
         if self._mix_case is not None:  # a case of the serving mix (farm.evaluate.mix_timing)
             return [space_cases.RUNNER_KEY], [(self._mix_case.inputs, self._mix_case.expected)]
         cases = self.fresh_cases()
@@ -413,7 +413,7 @@ class Comparison(EvaluatorState):
         self._slots = None
         try:
             self.trusted.ensure_started()
-            if not self.uses_seed_sets:  # else the stored secret sets are all the truth there is
+            if not self.uses_secret_inputs:  # else the stored secret sets are all the truth there is
                 drawn, seeds = self.draw_cases(self.settings.fresh_inputs, fresh=True, prefix="retime")
                 self._cases, self._seeds = drawn + (saved[1] or [])[-self._probe_count():], seeds
             yield

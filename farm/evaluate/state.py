@@ -33,7 +33,7 @@ class EvaluatorState:
     task: Task
     profile: Profile
     shapes: str
-    seed_sets: list | None  # reference-data mode's recorded secret seed sets
+    secret_inputs: list | None  # reference-data mode's recorded secret input sets
     pt_only: bool
     init_inputs: list
     inputs: list
@@ -73,5 +73,5 @@ class EvaluatorState:
         def _probe_count(self) -> int: ...
 
         @property
-        def uses_seed_sets(self) -> bool: ...
+        def uses_secret_inputs(self) -> bool: ...
 

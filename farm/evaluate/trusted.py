@@ -86,12 +86,12 @@ class TrustedSide(EvaluatorState):
         return reply
 
     @property
-    def uses_seed_sets(self) -> bool:
-        """Reference-data mode: the stored secret seed sets stand in for Reference on fresh inputs."""
-        return self.task.reference_cls is None and bool(self.seed_sets)
+    def uses_secret_inputs(self) -> bool:
+        """Reference-data mode: the stored secret input sets stand in for Reference on fresh inputs."""
+        return self.task.reference_cls is None and bool(self.secret_inputs)
 
     def _probe_count(self) -> int:
-        return len(self.seed_sets or ()) // 2 if self.uses_seed_sets else 0 if self.pt_only else PROBES
+        return len(self.secret_inputs or ()) // 2 if self.uses_secret_inputs else 0 if self.pt_only else PROBES
 
     def fresh_cases(self) -> list[tuple[list, list]]:
         """Inputs from secret seeds and the truth for them: Reference's outputs computed on the
@@ -110,8 +110,8 @@ class TrustedSide(EvaluatorState):
     def _unseen_verification(self) -> dict:
         if self.pt_only:
             return verified.pt_only(self.data.get("device_name"))
-        if self.uses_seed_sets:
-            return {"by": "seed_sets", "sets": len(self.seed_sets or ()),
+        if self.uses_secret_inputs:
+            return {"by": "seed_sets", "sets": len(self.secret_inputs or ()),
                     "truth": f"original Model recorded on {self.data.get('device_name') or 'the reference platform'}"}
         return {"by": "reference", "sets": len(self._all_cases()),
                 "truth": f"{self.task.truth_cls.__name__} on the target, fresh secret seeds",
@@ -127,8 +127,8 @@ class TrustedSide(EvaluatorState):
     def _all_cases(self) -> list[tuple[list, list]]:
         if self.pt_only:
             return []
-        if self._cases is None and self.uses_seed_sets:
-            self._cases = [(list(i), list(o)) for i, o in self.seed_sets or ()]
+        if self._cases is None and self.uses_secret_inputs:
+            self._cases = [(list(i), list(o)) for i, o in self.secret_inputs or ()]
             self._seeds = [None] * len(self._cases)
         if self._cases is None:
             self._cases, self._seeds = self.draw_cases(self.settings.fresh_inputs + PROBES)
@@ -156,7 +156,7 @@ class TrustedSide(EvaluatorState):
         """What a candidate is verified on: the reference data's case, then the secret fresh
         ones (more cases per op, shapes of its space among them, plug in here)."""
         pt = Case("pt", self.inputs, self.expected, "against the reference data (.pt)", self.data.get("seed"))
-        label = ("secret seed set {} recorded from the original Model" if self.uses_seed_sets
+        label = ("secret input set {} recorded from the original Model" if self.uses_secret_inputs
                  else "fresh input set {} against Reference on the target")
         fresh = [Case(f"seed{i}", inputs, expected, label.format(i + 1), secret=True)
                  for i, (inputs, expected) in enumerate(self.fresh_cases())]
@@ -166,11 +166,11 @@ class TrustedSide(EvaluatorState):
         """What this evaluator paid once per op: the secret fresh-input cases (inputs and the
         truth on the target) and the baselines. The search stores them with its checkpoint so
         that later chunks and other workers adopt them instead of paying again."""
-        return {"cases": None if self.uses_seed_sets else self._all_cases(), "baseline": self.baseline()}
+        return {"cases": None if self.uses_secret_inputs else self._all_cases(), "baseline": self.baseline()}
 
     def adopt(self, fixed: dict) -> None:
         """Take the fixed costs another evaluator of this op paid (`fixed_costs`)."""
-        if fixed.get("cases") is not None and not self.uses_seed_sets:
+        if fixed.get("cases") is not None and not self.uses_secret_inputs:
             self._cases = [(list(i), list(o)) for i, o in fixed["cases"]]
             self._seeds = [None] * len(self._cases)
         if fixed.get("baseline") is not None:

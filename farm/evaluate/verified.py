@@ -2,11 +2,11 @@
 best.json and leaderboard carries, and the words they show.
 
     {"by": "reference", "sets": N, "truth": ...}   Reference run on the target on N secret fresh input sets
-    {"by": "seed_sets", "sets": N, "truth": ...}   N secret seed sets of the original Model, recorded
+    {"by": "seed_sets", "sets": N, "truth": ...}   N secret input sets of the original Model, recorded
                                                    on the reference platform (reference-data mode)
     {"by": "pt_only", "sets": 0, "unseen_inputs": False, ...}
                                                    reference-data mode, but the .pt records no secret
-                                                   seed sets (made by the existing tools' generator):
+                                                   secret input sets (made by the existing tools' generator):
                                                    checked on the .pt's own inputs only
 
 A kernel checked on unseen inputs is never replaced by one that was not
@@ -15,7 +15,7 @@ A kernel checked on unseen inputs is never replaced by one that was not
 
 from __future__ import annotations
 
-NO_UNSEEN = ("no unseen inputs were checked: the reference data records no secret seed sets (made by the "
+NO_UNSEEN = ("no unseen inputs were checked: the reference data records no secret input sets (made by the "
              "existing tools' generator), so the kernel was verified on the .pt's own inputs only")
 
 
@@ -52,7 +52,7 @@ def _unseen(verified: dict, checked: int | None) -> str:
     done = f"{checked} of " if checked is not None else ""
     if by == "seed_sets":
         truth = verified.get("truth") or "original Model recorded on the reference platform"
-        return f"{done}{verified.get('sets')} secret seed sets of the {truth} (reference-data mode)"
+        return f"{done}{verified.get('sets')} secret input sets of the {truth} (reference-data mode)"
     count = checked if checked is not None else verified.get("fresh_seeds", verified.get("sets", "?"))
     return f"{count} secret fresh input sets against {_truth(verified)}"
 
@@ -63,7 +63,7 @@ def short(verified: dict | None) -> str:
     if not unseen_checked(verified):
         return "NO unseen inputs"
     if verified.get("by") == "seed_sets":
-        return f"{verified.get('sets')} seed sets"
+        return f"{verified.get('sets')} secret input sets"
     return f"{verified.get('fresh_seeds', verified.get('sets', '?'))} fresh input sets"
 
 

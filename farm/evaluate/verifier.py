@@ -3,7 +3,7 @@
 A runner only returns outputs (plain tensors, size-checked on the way: farm.evaluate.wire);
 whether they are right is decided here, case by case. A case is one input set with its truth:
 the reference data's (.pt), a fresh input set's (Reference run on the target by the trusted
-runner), or a secret seed set recorded with the reference data. A failure names the case: what
+runner), or a secret input set recorded with the reference data. A failure names the case: what
 it is, its inputs' shapes and dtypes, and its seed where the seed is not a secret.
 """
 

@@ -14,7 +14,7 @@ The `.pt` points at it (`"cases": {"key", "sha256", "count"}`) and the manifest 
 (`cases_key`, `cases_sha256`, `cases`), so it travels with its `.pt` (a plain --output-dir folder
 included: the name does not end in .pt, so tools that glob `*.pt` never see it) and `farm cache
 verify/push/pull/repair` treat it with it. A verifier iterates the benchmark case (the `.pt`),
-these cases, and the secret seed sets (farm.reference.seedsets, each with its case), all with
+these cases, and the secret input sets (farm.reference.secret_inputs, each with its case), all with
 shape, dtype and seed.
 """
 

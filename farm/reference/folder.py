@@ -2,13 +2,13 @@
 
     <dir>/<source>/<op>.pt             the existing tools' layout (their loaders glob these)
     <dir>/manifest.json                one entry per source/op, with the sha256 of the .pt and
-                                       of its seed sets (seed_sets_sha256)
-    <dir>/.secrets/<source>/<op>.pt    secret seed sets of reference-data-mode ops
+                                       of its secret input sets (seed_sets_sha256)
+    <dir>/.secrets/<source>/<op>.pt    secret input sets of reference-data-mode ops
 
-Everything is checked before a search trusts it: the .pt against the manifest, the seed sets
+Everything is checked before a search trusts it: the .pt against the manifest, the secret input sets
 against the sha256 the .pt records (and the manifest's). A mismatch (a copy of another
 version, a truncated file, a copy that left the hidden folder behind) is an error that names
-the file and the repair; nothing is rewritten here. A .pt that records no seed sets (the
+the file and the repair; nothing is rewritten here. A .pt that records no secret input sets (the
 existing tools' generator made it) loads without them: the evaluator then checks on the .pt
 alone and says so (farm.evaluate.verified).
 """
@@ -23,7 +23,7 @@ from typing import Any
 from farm.corpus.tasks import natural_sorted, validate_name
 from farm.errors import FarmError, IntegrityError
 from farm.reference import cases as ref_cases
-from farm.reference import manifest, seedsets
+from farm.reference import manifest, secret_inputs
 from farm.reference.generate import load_pt
 from farm.storage import FOLDER_SECRETS, Store, open_folder
 from farm.storage.base import sha256_file
@@ -98,9 +98,9 @@ def ops(folder: Path, sources: list[str] | None = None) -> list[FolderOp]:
 
 
 def load(pt: Path, store: Store | None = None) -> dict[str, Any]:
-    """The reference data of `pt` with its seed sets attached, every part checked. Seed sets come
-    from the folder the .pt lies in; from `store` where the folder holds none (a .pt made before
-    folders carried them, or a lone .pt beside a shared store)."""
+    """The reference data of `pt` with its secret input sets attached, every part checked. They
+    come from the folder the .pt lies in; from `store` where the folder holds none (a .pt made
+    before folders carried them, or a lone .pt beside a shared store)."""
     pt = Path(pt)
     folder = folder_of(pt)
     entry = _entries(folder).get(f"{pt.parent.name}/{pt.stem}") if folder else None
@@ -114,9 +114,9 @@ def load(pt: Path, store: Store | None = None) -> dict[str, Any]:
             f"`farm cache repair --dir {folder}`")
     data = load_pt(pt)
     data["_sha256"] = sha
-    pointer = seedsets.pointer_of(data, str(pt))
+    pointer = secret_inputs.pointer_of(data, str(pt))
     if pointer is not None:
-        data["_seed_sets"] = _seed_sets(pt, folder, entry, pointer, data, store)
+        data["_secret_inputs"] = _secret_inputs(pt, folder, entry, pointer, data, store)
     _check_cases(pt, data)
     pointer = data.get(ref_cases.POINTER)
     key = pointer.get("key") if isinstance(pointer, dict) else None
@@ -138,17 +138,17 @@ def _check_cases(pt: Path, data: dict) -> None:
                              f"folder, or regenerate them there with `farm reference --force`")
 
 
-def _seed_sets(pt: Path, folder: Path | None, entry: dict | None, pointer: dict, data: dict,
+def _secret_inputs(pt: Path, folder: Path | None, entry: dict | None, pointer: dict, data: dict,
                store: Store | None) -> list[tuple[list, list]] | None:
     path = open_folder(folder).path_of(pointer["key"]) if folder else None
     if folder is None or path is None or not path.is_file():
         if store is not None and store.head(pointer["key"]) is not None:
-            return seedsets.load_sets(store, data)
+            return secret_inputs.load_sets(store, data)
         source, op = data.get("source"), data.get("op_name")
         where = path or f"{pointer['key']} (no reference folder around {pt}, and {store.url if store else 'no store'} lacks it)"
         fix = (f"copy the reference folder whole (`scp -r DIR HOST:` or `rsync -a DIR/ HOST:DIR/` keep the hidden "
                f"{FOLDER_SECRETS} folder; `cp -r DIR/*` leaves it out)")
-        raise IntegrityError(f"{pt} points at secret seed sets {where}, which are missing: {fix}, or regenerate "
+        raise IntegrityError(f"{pt} points at secret input sets {where}, which are missing: {fix}, or regenerate "
                              f"them on the reference host with {_regenerate(folder or Path('DIR'), source, op)}")
     sha = _sha256(path)
     recorded = {"the .pt": pointer["sha256"], "the manifest": (entry or {}).get("seed_sets_sha256")}
@@ -159,7 +159,7 @@ def _seed_sets(pt: Path, folder: Path | None, entry: dict | None, pointer: dict,
                 f"{who} records {want[:12]}...): they come from different `farm reference` runs, or one is damaged; "
                 f"copy the .pt and {FOLDER_SECRETS} together again from the reference host's folder, or regenerate "
                 f"them there with {_regenerate(folder, data.get('source'), data.get('op_name'))}")
-    return seedsets.read_sets(path, str(path))
+    return secret_inputs.read_sets(path, str(path))
 
 
 def _sha256(path: Path) -> str:

@@ -24,7 +24,7 @@ from farm.corpus.inputs import draw_init_inputs
 from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError, StorageError
 from farm.reference import cases as ref_cases
-from farm.reference import drawn, manifest, seedsets
+from farm.reference import drawn, manifest, secret_inputs
 from farm.reference.ptfile import load_pt_file
 from farm.runtime import grads, isolation, pointers
 from farm.runtime.isolation import run_in_child
@@ -110,7 +110,7 @@ def generate_reference_and_sets(task: taskfiles.Task, spec: DeviceSpec, seed: in
                                 seed_sets: int = 0, cases: int = 0,
                                 ship_max_mb: float = -1) -> tuple[dict[str, Any], dict | None, dict | None]:
     """The .pt dict for one task: seed, Model(*get_init_inputs()), get_inputs(), forward;
-    in reference-data mode (`seed_sets` > 0), the secret seed sets (farm.reference.seedsets);
+    in reference-data mode (`seed_sets` > 0), the secret input sets (farm.reference.secret_inputs);
     and the Model at `cases` cases of the task's shape space (farm.reference.cases). Sets over
     `ship_max_mb` are kept compact where farm.reference.drawn allows it (-1: never)."""
     import torch
@@ -133,7 +133,7 @@ def generate_reference_and_sets(task: taskfiles.Task, spec: DeviceSpec, seed: in
     if seed_sets:
         report("seed_sets")
         sets = []
-        for s in seedsets.draw_seeds(seed_sets, seed):
+        for s in secret_inputs.draw_seeds(seed_sets, seed):
             one = record_set(task, model, spec, s, checked)  # the only truth there is: kept in full
             sets.append({"seed": s, "case": _bench_case(task, s), "inputs": one["inputs"], "outputs": one["outputs"]})
         secret = {"op_name": task.ref.op, "source": task.ref.source, "pt_seed": seed,
@@ -206,7 +206,7 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
                     out_path: str, reference: str | None = None, seed_sets: int = 0, cases: int = 0,
                     ship_max_mb: float = -1, jobs: int = 1) -> dict[str, Any]:
     """In the pinned child: generate and save; only metadata travels back to the parent. The
-    secret seed sets and the cases go to files of their own (out_path + ".sets", + ".cases"),
+    secret input sets and the cases go to files of their own (out_path + ".sets", + ".cases"),
     and the .pt records their sha256, so whoever holds the .pt can find and check them."""
     import torch
 
@@ -230,13 +230,13 @@ def reference_child(report: Callable[[str], None], ref: TaskRef, spec: DeviceSpe
         sets_path = out_path + ".sets"
         torch.save(secret, sets_path)
         load_pt_file(sets_path)
-        data[seedsets.POINTER] = {"key": seedsets.secret_key(ref.source, ref.op), "sha256": sha256_file(sets_path),
-                                  "count": len(secret["sets"])}
+        data[secret_inputs.POINTER] = {"key": secret_inputs.secret_key(ref.source, ref.op),
+                                       "sha256": sha256_file(sets_path), "count": len(secret["sets"])}
     torch.save(data, out_path)
     load_pt(out_path)  # consumers load weights_only: a .pt they cannot read fails here, at "save"
     return {"device_name": data["device_name"], "reference_time_s": data["reference_time_s"],
             "task_sha256": data["task_sha256"], "mode": data["mode"], "reference_class": data["reference_class"],
-            "seed_sets": data.get(seedsets.POINTER), "cases": data.get(ref_cases.POINTER),
+            "seed_sets": data.get(secret_inputs.POINTER), "cases": data.get(ref_cases.POINTER),
             "inputs_drawn_on": data["input_recipe"]["draw"], "compact": data.get("compact")}
 
 
@@ -289,7 +289,7 @@ def generate_one(ref: TaskRef, store: Store, spec: DeviceSpec, seed: int, shapes
                  jobs: int = 1) -> dict[str, Any]:
     """One op in its own child; the .pt goes to the store only if the child succeeded. The
     task's truth is decided here first (farm.corpus.modes: its trial runs in a child of its
-    own), and the child records secret seed sets if it is in reference-data mode."""
+    own), and the child records secret input sets if it is in reference-data mode."""
     key = manifest.ref_key(ref.source, ref.op)
     entry = _entry(ref, key, spec, seed, shapes, ref.sha256())
     decided = modes.resolve_ref(ref, shapes, min(timeout_s, modes.TRIAL_TIMEOUT_S))
@@ -357,7 +357,7 @@ def generate_references(
     ship_max_mb: float = -1,
 ) -> list[dict[str, Any]]:
     """Every op is tried; failures are recorded with their stage and the batch goes on.
-    The secret seed sets go where the .pt goes: a store's secrets/, a folder's .secrets/.
+    The secret input sets go where the .pt goes: a store's secrets/, a folder's .secrets/.
     `jobs` ops run at once, each in its own child on the same device: a reference run is
     mostly interpreter start, imports and input drawing on the host, not device time, and
     nothing in it is timed against another op (reference_time_s is informative only)."""

@@ -25,7 +25,7 @@ def load_pt_file(path: str | Path) -> Any:
 
 
 def load_companion(store, key: str, sha256: str | None) -> Any:
-    """An object a .pt points at (its secret seed sets, its cases) from `store`, checked against
+    """An object a .pt points at (its secret input sets, its cases) from `store`, checked against
     the sha256 the .pt records, then loaded weights_only."""
     import tempfile
 

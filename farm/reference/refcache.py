@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from farm.corpus.tasks import natural_sorted
 from farm.errors import FarmError, IntegrityError, StorageError
-from farm.reference import manifest, seedsets
+from farm.reference import manifest, secret_inputs
 from farm.reference.generate import load_pt
 from farm.reference.ptfile import load_pt_file
 from farm.storage import Store
@@ -98,13 +98,13 @@ def _verify_cases(store: Store, entry: dict, row: dict) -> None:
 
 def copy_refs(src: Store, dst: Store, sources: list[str] | None = None,
               on_done: Callable[[dict], None] | None = None, force: bool = False) -> list[dict[str, Any]]:
-    """Copy every good .pt from src to dst, with the secret seed sets it points at; objects
+    """Copy every good .pt from src to dst, with the secret input sets it points at; objects
     already there with the same sha256 are skipped.
 
     Each object is checked before it is written (sha256, then loaded as reference data:
-    weights_only, every key present; its seed sets against the sha256 it records), so a
-    truncated or foreign file, or a .pt whose seed sets are missing or of another version, is
-    refused and never replaces what dst holds. Seed sets go first: dst never holds a .pt
+    weights_only, every key present; its secret input sets against the sha256 it records), so a
+    truncated or foreign file, or a .pt whose secret input sets are missing or of another version, is
+    refused and never replaces what dst holds. Secret input sets go first: dst never holds a .pt
     without the sets it points at. A .pt that dst's manifest says was made later than src's is
     kept (a stale folder pushed over a store), unless `force`."""
     rows, copied = [], []
@@ -137,8 +137,8 @@ def seed_set_fields(entry: dict) -> dict[str, Any]:
     return {k: entry[k] for k in ("seed_sets_key", "seed_sets_sha256") if entry.get(k)}
 
 
-def _copy_seed_sets(src: Store, dst: Store, fields: dict, tmp: Path) -> str:
-    """A reference-data-mode op's secret seed sets go with its .pt, between stores and folders
+def _copy_secret_inputs(src: Store, dst: Store, fields: dict, tmp: Path) -> str:
+    """A reference-data-mode op's secret input sets go with its .pt, between stores and folders
     alike (a folder keeps them in its hidden .secrets/)."""
     key, sha = fields.get("seed_sets_key"), fields.get("seed_sets_sha256")
     if not key:
@@ -149,7 +149,7 @@ def _copy_seed_sets(src: Store, dst: Store, fields: dict, tmp: Path) -> str:
     if src.head(key) is None:
         if there is not None and not sha:
             return "up to date"
-        raise IntegrityError(f"{src.describe(key)}: the secret seed sets its .pt points at are missing, so the .pt "
+        raise IntegrityError(f"{src.describe(key)}: the secret input sets its .pt points at are missing, so the .pt "
                              "is not copied without them: copy the reference folder whole (its hidden .secrets/ "
                              "too) or regenerate the op with `farm reference --force`")
     if there is not None and not sha:
@@ -204,7 +204,7 @@ def _copy_one(src: Store, dst: Store, entry: dict, dst_entry: dict, tmp: Path,
     if there is not None and entry.get("sha256") and (there.sha256 or dst.verify(key)) == entry["sha256"]:
         fields = seed_set_fields(entry) or seed_set_fields(dst_entry)
         return {"status": "up to date", "sha256": entry["sha256"], "size_bytes": there.size,
-                "seed_sets": _copy_seed_sets(src, dst, fields, tmp)}, {}
+                "seed_sets": _copy_secret_inputs(src, dst, fields, tmp)}, {}
     if there is not None and not force and _newer(dst_entry, entry):
         raise FarmError(f"{dst.describe(key)} was made {dst_entry['created_at']}, later than {src.describe(entry['key'])} "
                         f"({entry['created_at']}): the newer one is kept; --force replaces it")
@@ -216,7 +216,7 @@ def _copy_one(src: Store, dst: Store, entry: dict, dst_entry: dict, tmp: Path,
         metadata = pt_metadata(load_pt(local))
     except FarmError as exc:
         raise FarmError(f"{src.describe(entry['key'])}: {str(exc).split(': ', 1)[-1]}") from None
-    seed_sets = _copy_seed_sets(src, dst, metadata, tmp)
+    seed_sets = _copy_secret_inputs(src, dst, metadata, tmp)
     stored = dst.put_file(key, local, sha256=info.sha256)
     local.unlink(missing_ok=True)
     return {"status": "copied", "sha256": stored.sha256, "size_bytes": stored.size, "seed_sets": seed_sets}, metadata
@@ -227,10 +227,10 @@ PT_METADATA = ("seed", "shapes", "task_sha256", "device", "device_name", "refere
 
 
 def pt_metadata(data: dict) -> dict[str, Any]:
-    """The manifest fields a .pt gives, its seed sets' and cases' keys and sha256s included
+    """The manifest fields a .pt gives, its secret input sets' and cases' keys and sha256s included
     (checked: the .pt is untrusted)."""
     found = {k: data[k] for k in PT_METADATA if k in data}
-    pointer = seedsets.pointer_of(data, f"{data.get('source')}/{data.get('op_name')}")
+    pointer = secret_inputs.pointer_of(data, f"{data.get('source')}/{data.get('op_name')}")
     if pointer is not None:
         found.update(seed_sets_key=pointer["key"], seed_sets_sha256=pointer["sha256"], seed_sets=pointer.get("count"))
     pointer = data.get("cases")
@@ -263,7 +263,7 @@ def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[
             try:
                 got = store.get_file(info.key, Path(tmp) / "ref.pt")
                 metadata = pt_metadata(load_pt(Path(tmp) / "ref.pt"))
-                _check_seed_sets(store, metadata)
+                _check_secret_inputs(store, metadata)
             except FarmError as exc:
                 # a plain folder (a FileStore with a prefix, perhaps behind MeteredStore) is named by its root
                 folder = f" --output-dir {getattr(store, 'root', '')}" if getattr(store, "strip_prefix", "") else ""
@@ -284,13 +284,13 @@ def repair(store: Store, on_done: Callable[[dict], None] | None = None) -> list[
     return rows
 
 
-def _check_seed_sets(store: Store, metadata: dict) -> None:
-    """A .pt is good only with the seed sets it points at, of the sha256 it records."""
+def _check_secret_inputs(store: Store, metadata: dict) -> None:
+    """A .pt is good only with the secret input sets it points at, of the sha256 it records."""
     key = metadata.get("seed_sets_key")
     if not key:
         return
     if store.head(key) is None:
-        raise IntegrityError(f"the secret seed sets it points at, {store.describe(key)}, are missing")
+        raise IntegrityError(f"the secret input sets it points at, {store.describe(key)}, are missing")
     sha = store.verify(key)
     if sha != metadata["seed_sets_sha256"]:
         raise IntegrityError(f"{store.describe(key)} does not match the sha256 it records ({sha[:12]}... != "

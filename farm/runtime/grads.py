@@ -4,7 +4,7 @@ and one forward+backward that the reference worker and the evaluator both call.
 A task declares `BACKWARD = True` (and optionally `GRAD_INPUTS`, the forward-argument indices
 that need gradients; by default every floating-point tensor input). Every trainable
 parameter of the module gets a gradient too. The upstream gradient is drawn from its own
-seeded generator, so the reference, every secret seed set and every candidate see the same
+seeded generator, so the reference, every secret input set and every candidate see the same
 one for the same inputs.
 """
 

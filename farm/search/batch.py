@@ -21,7 +21,7 @@ from farm.corpus import tasks as taskfiles
 from farm.corpus.tasks import natural_sorted
 from farm.errors import FarmError, IntegrityError
 from farm.reference import cases as ref_cases
-from farm.reference import manifest, seedsets
+from farm.reference import manifest, secret_inputs
 from farm.reference.generate import load_pt
 from farm.search import catalog, ledger, provenance
 from farm.search.context import SearchContext
@@ -47,7 +47,7 @@ def load_reference(store: Store, source: str, op: str) -> dict[str, Any]:
         except FarmError as exc:
             raise FarmError(f"{store.url}/{key}: {str(exc).split(': ', 1)[-1]}; {fix}") from None
     data["_sha256"] = info.sha256
-    return ref_cases.attach(store, seedsets.attach(store, data))
+    return ref_cases.attach(store, secret_inputs.attach(store, data))
 
 
 def cached_ops(store: Store, sources: list[str] | None) -> list[tuple[str, str]]:

@@ -46,7 +46,7 @@ def _looks_like_url(text: str) -> bool:
     return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*//", text))
 
 
-# Where a reference folder keeps the secret seed sets of reference-data-mode ops: a hidden
+# Where a reference folder keeps the secret input sets of reference-data-mode ops: a hidden
 # folder, which the existing tools' loaders (they read <dir>/<source>/*.pt) never list.
 FOLDER_SECRETS = ".secrets/"
 

@@ -2,7 +2,7 @@
 host writes a folder, only the folder travels (shutil.copytree, as `scp -r` would), and the
 target host, with its own HOME, store and clone of the task files, searches one op by path and
 the whole folder in batch, read in place. A folder made by the existing tools' generator (no
-secret seed sets) is searched too, its weaker check labelled; a damaged or mixed-up folder is
+secret input sets) is searched too, its weaker check labelled; a damaged or mixed-up folder is
 named with its repair."""
 
 import io
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from farm.cli.main import app
 from farm.corpus import tasks as taskfiles
-from farm.reference import seedsets
+from farm.reference import secret_inputs
 from tests.conftest import write_task
 from tests.corpus import akg_style
 
@@ -83,7 +83,8 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
               "--benchmark-file", akg / "vllm" / "triton_ops" / "twice_vllm.py", *SEARCH)
     assert res.exit_code == 0, res.output
     first = _ops(res)["vllm_triton/twice_vllm"]
-    assert first["status"] == "succeeded" and first["unseen_inputs"] is True and first["verified"] == "4 seed sets"
+    assert first["status"] == "succeeded" and first["unseen_inputs"] is True
+    assert first["verified"] == "4 secret input sets"
     # the whole folder: the op above goes on from its finished checkpoint, the other two are searched
     res = cli("search", "--ref-dir", refs, "--ops-per-device", "2", *SEARCH)
     assert res.exit_code == 0, res.output
@@ -110,10 +111,10 @@ def test_one_op_by_path_then_the_folder_in_batch_then_a_folder_without_secrets(t
     assert any(c["generator"] == "inductor" and c["verdict"] == "pass" for c in tried), \
         [(c["generator"], c["verdict"], c["error"]) for c in tried]
 
-    # a folder the existing tools' generator made: no seed sets, their own manifest
+    # a folder the existing tools' generator made: no secret input sets, their own manifest
     plain = target_host / "akg_refs"
     data = torch.load(refs / "vllm_triton" / "twice_vllm.pt", weights_only=True)
-    del data[seedsets.POINTER]
+    del data[secret_inputs.POINTER]
     (plain / "vllm_triton").mkdir(parents=True)
     torch.save(data, plain / "vllm_triton" / "twice_vllm.pt")
     (plain / "manifest.json").write_text(json.dumps({"total": 1, "ops": [{"op_name": "twice_vllm", "success": True}]}))

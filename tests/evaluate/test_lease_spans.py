@@ -68,7 +68,7 @@ def _evaluator(log: list):
 
     replies: dict = {}
     ev.pool = types.SimpleNamespace(take=take, replies=replies, runners=[])
-    ev.seed_sets, ev._probe_count, ev._cases, ev._seeds, ev._slots = None, lambda: 3, None, [], None
+    ev.secret_inputs, ev._probe_count, ev._cases, ev._seeds, ev._slots = None, lambda: 3, None, [], None
     ev.draw_cases = lambda n, fresh=False, prefix="seed": ([([], [])] * n, [1] * n)
     ev._verify = lambda first, result: None
     ev._call = lambda cmd, timeout_s, *a, **k: ev.candidates.call(cmd, timeout_s, **k)

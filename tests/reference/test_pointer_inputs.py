@@ -12,7 +12,7 @@ import torch
 from farm.corpus.tasks import ref_from_file
 from farm.evaluate.evaluator import Evaluator
 from farm.evaluate.sandbox import Limits
-from farm.reference import seedsets
+from farm.reference import secret_inputs
 from farm.reference.generate import load_pt
 from farm.runtime import pointers
 from farm.runtime.tensors import clone_values, dumps, to_device
@@ -55,7 +55,7 @@ def made(tmp_path_factory):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["results"][0]["success"]
     store = open_store(f"file://{tmp / 'store'}")
-    data = seedsets.attach(store, load_pt(tmp / "store" / "refs" / "akgish" / "block_tables.pt"))
+    data = secret_inputs.attach(store, load_pt(tmp / "store" / "refs" / "akgish" / "block_tables.pt"))
     return {"task": task, "data": data}
 
 
@@ -66,7 +66,7 @@ def test_addresses_are_stored_as_tokens_and_the_reference_is_the_kernels_answer(
     src = pointers.pointees_of(src_ptrs)[0]  # kept alive with the tensor that points at it
     assert torch.equal(data["outputs"][0], src[idx] + 1)
     assert data["mutated_inputs"] == [3, 4]  # counts and dst: written in place by the original Model
-    for inputs, outputs in data["_seed_sets"]:
+    for inputs, outputs in data["_secret_inputs"]:
         assert torch.equal(outputs[0], pointers.pointees_of(inputs[1])[0][inputs[0]] + 1)
 
 

@@ -1,7 +1,7 @@
 """Reference-data mode end to end on the CPU: a Triton task whose comparison class needs vLLM.
-`farm reference --output-dir` writes the existing tools' layout plus the secret seed sets in the
+`farm reference --output-dir` writes the existing tools' layout plus the secret input sets in the
 folder's hidden .secrets/; search and fetch pass kernels verified on them; a candidate that
-memorised the public outputs is caught, and where the seed sets are missing the weaker check
+memorised the public outputs is caught, and where the secret input sets are missing the weaker check
 says so."""
 
 import json
@@ -14,7 +14,7 @@ import torch
 from farm.corpus.tasks import ref_from_file
 from farm.evaluate.evaluator import Evaluator
 from farm.evaluate.sandbox import Limits
-from farm.reference import folder, seedsets
+from farm.reference import folder, secret_inputs
 from farm.reference.generate import PT_KEYS, load_pt
 from farm.storage import open_store
 from farm.storage.base import sha256_file
@@ -104,14 +104,14 @@ def _config(tmp: Path, folder: Path) -> Path:
 def test_output_dir_holds_the_tool_chains_layout_and_the_secrets_beside_it(made):
     files = sorted(p.relative_to(made["out"]).as_posix() for p in made["out"].rglob("*"))
     # the benchmark case's .pt as the tools read it; the cases of the space beside it, not a *.pt;
-    # the secret seed sets in a hidden folder
+    # the secret input sets in a hidden folder
     assert files == [".kfarm-owned.json", ".secrets", ".secrets/akgish", ".secrets/akgish/twice_vllm.pt",
                      "akgish", "akgish/twice_vllm.cases", "akgish/twice_vllm.pt", "manifest.json"]
     # the existing tools' batch globs <dir>/<source>/*.pt for its own source names: the hidden folder is none
     assert sorted(p.as_posix() for p in made["out"].glob("*/*.pt")) == [(made["out"] / "akgish/twice_vllm.pt").as_posix()]
     data = torch.load(made["out"] / "akgish" / "twice_vllm.pt", weights_only=True)
     assert set(PT_KEYS) <= set(data) and data["mode"] == "reference-data" and data["reference_class"] is None
-    assert "sets" not in data and data[seedsets.POINTER]["count"] == 4  # the secrets are not in the .pt
+    assert "sets" not in data and data[secret_inputs.POINTER]["count"] == 4  # the secrets are not in the .pt
     assert made["result"]["mode"] == "reference-data" and made["result"]["seed_sets"] == 4
     entry = json.loads((made["out"] / "manifest.json").read_text())["entries"]["akgish/twice_vllm"]
     assert entry["seed_sets_key"] == "secrets/akgish/twice_vllm.pt"
@@ -121,7 +121,7 @@ def test_output_dir_holds_the_tool_chains_layout_and_the_secrets_beside_it(made)
 
 def test_secret_sets_live_in_the_folder_from_other_seeds(made):
     data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
-    sets = folder.load(made["out"] / "akgish" / "twice_vllm.pt")["_seed_sets"]
+    sets = folder.load(made["out"] / "akgish" / "twice_vllm.pt")["_secret_inputs"]
     assert len(sets) == 4
     for inputs, outputs in sets:
         assert not torch.equal(inputs[0], data["inputs"][0])
@@ -133,7 +133,7 @@ def _evaluator(made, data=None):
     return Evaluator(ref_from_file(made["task"], "akgish"), data, CPU)
 
 
-def test_honest_kernel_passes_verified_on_the_stored_seed_sets(made):
+def test_honest_kernel_passes_verified_on_the_stored_secret_input_sets(made):
     with _evaluator(made) as ev:
         ev.settings.limits = LIMITS
         result = ev.evaluate(HONEST)
@@ -151,7 +151,7 @@ def test_memorised_public_outputs_are_caught(made):
         assert copied.verdict == "cheat" and "same outputs as for different inputs" in copied.reason
 
 
-def test_memorised_outputs_that_never_compute_fail_on_the_first_seed_set(made):
+def test_memorised_outputs_that_never_compute_fail_on_the_first_secret_input_set(made):
     data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
     wrong = MEMORISED.replace("src = torch.tensor(KNOWN, dtype=x.dtype, device=x.device)",
                               "src = torch.tensor(KNOWN, dtype=x.dtype, device=x.device) + 0 * x.sum()")
@@ -162,11 +162,11 @@ def test_memorised_outputs_that_never_compute_fail_on_the_first_seed_set(made):
 
 
 def test_reference_data_without_secret_sets_is_checked_on_the_pt_alone_and_says_so(made):
-    """The existing tools' generator records no seed sets: nothing can then tell a kernel that
+    """The existing tools' generator records no secret input sets: nothing can then tell a kernel that
     memorised the .pt from one that computes, which is why such a pass is labelled (and never
     outranks one checked on unseen inputs: tests/reference/test_two_hosts.py)."""
     data = load_pt(made["out"] / "akgish" / "twice_vllm.pt")
-    del data[seedsets.POINTER]
+    del data[secret_inputs.POINTER]
     with _evaluator(made, data) as ev:
         ev.settings.limits = LIMITS
         result = ev.evaluate(HONEST)
@@ -191,7 +191,7 @@ def test_search_and_fetch_with_the_tool_chains_file_options(made, cli, tmp_path,
     fetched = cli("fetch", "--out", tmp_path / "k", "--json")
     assert fetched.exit_code == 0, fetched.output
     text = (tmp_path / "k" / "cpu" / "akgish" / "twice_vllm.py").read_text()
-    assert "secret seed sets of the original Model" in text
+    assert "secret input sets of the original Model" in text
 
 
 def test_cache_copies_carry_the_secret_sets_between_folders_and_stores(made, tmp_path):
@@ -209,7 +209,7 @@ def test_cache_copies_carry_the_secret_sets_between_folders_and_stores(made, tmp
     assert (row["status"], row["seed_sets"]) == ("copied", "copied")
     pulled = tmp_path / "folder" / ".secrets" / "akgish" / "twice_vllm.pt"
     assert pulled.read_bytes() == (made["out"] / ".secrets" / "akgish" / "twice_vllm.pt").read_bytes()
-    assert len(folder.load(tmp_path / "folder" / "akgish" / "twice_vllm.pt")["_seed_sets"]) == 4
+    assert len(folder.load(tmp_path / "folder" / "akgish" / "twice_vllm.pt")["_secret_inputs"]) == 4
 
 
 def test_cache_push_refuses_a_pt_whose_secret_sets_are_missing_or_of_another_version(made, tmp_path):
@@ -247,7 +247,7 @@ def test_farm_eval_says_how_it_verified(made, cli, tmp_path, monkeypatch):
     assert verified["by"] == "seed_sets" and verified["sets"] == 4
     text = cli("eval", "--candidate", candidate, "--task", made["task"],
                "--ref-pt", made["out"] / "akgish" / "twice_vllm.pt", "--target", "cpu").stdout
-    assert "secret seed sets of the original Model" in text
+    assert "secret input sets of the original Model" in text
 
 
 def test_cache_push_keeps_the_newer_pt_of_the_destination_unless_forced(made, tmp_path, cli):

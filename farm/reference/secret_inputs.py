@@ -1,4 +1,4 @@
-"""Secret seed sets: the truth of a task in reference-data mode beyond the public .pt.
+"""Secret input sets: the truth of a task in reference-data mode beyond the public .pt.
 
 A task whose Model launches Triton kernels and that has no usable Reference cannot be run
 on fresh inputs on the target: nothing there computes the right answer. So the reference
@@ -46,7 +46,7 @@ def draw_seeds(n: int, public_seed: int) -> list[int]:
 
 
 def pointer_of(data: dict[str, Any], where: str) -> dict[str, Any] | None:
-    """The .pt's pointer to its seed sets, checked: the .pt is untrusted, so the key must be the
+    """The .pt's pointer to its secret input sets, checked: the .pt is untrusted, so the key must be the
     one its own source and op give (never a path of its choosing)."""
     pointer = data.get(POINTER)
     if not pointer:
@@ -56,25 +56,25 @@ def pointer_of(data: dict[str, Any], where: str) -> dict[str, Any] | None:
     except FarmError:
         expected = None
     if not isinstance(pointer, dict) or pointer.get("key") != expected or not isinstance(pointer.get("sha256"), str):
-        raise FarmError(f"{where}: its pointer to secret seed sets ({POINTER!r}) is malformed: regenerate the reference "
-                        "data with `farm reference`")
+        raise FarmError(f"{where}: its pointer to secret input sets ({POINTER!r}) is malformed: regenerate the "
+                        "reference data with `farm reference`")
     return pointer
 
 
 def read_sets(path: Path, where: str) -> list[tuple[list, list]]:
-    """The (inputs, outputs) pairs of a seed-set file (weights_only)."""
+    """The (inputs, outputs) pairs of a secret-input file (weights_only)."""
     return _pairs(load_pt_file(path), where)
 
 
 def _pairs(doc: Any, where: str) -> list[tuple[list, list]]:
     sets = doc.get("sets") if isinstance(doc, dict) else None
     if not sets or not all(isinstance(s, dict) and "inputs" in s and "outputs" in s for s in sets):
-        raise FarmError(f"{where}: holds no seed sets")
+        raise FarmError(f"{where}: holds no secret input sets")
     return [(list(s["inputs"]), list(s["outputs"])) for s in sets]
 
 
 def load_sets(store: Store, data: dict[str, Any]) -> list[tuple[list, list]] | None:
-    """The (inputs, outputs) seed sets the .pt points at, checked against its recorded sha256;
+    """The (inputs, outputs) secret input sets the .pt points at, checked against its recorded sha256;
     None when the .pt records none (Reference mode, or data made by other tools)."""
     name = f"{data.get('source')}/{data.get('op_name')}"
     pointer = pointer_of(data, f"the reference data of {name}")
@@ -82,14 +82,14 @@ def load_sets(store: Store, data: dict[str, Any]) -> list[tuple[list, list]] | N
         return None
     key = pointer["key"]
     if store.head(key) is None:
-        raise FarmError(f"the reference data of {name} points at secret seed "
+        raise FarmError(f"the reference data of {name} points at secret input "
                         f"sets {key}, which {store.url} lacks: run `farm reference` with this store (--store)")
     return _pairs(load_companion(store, key, pointer["sha256"]), store.describe(key))
 
 
 def attach(store: Store, data: dict[str, Any]) -> dict[str, Any]:
-    """The .pt dict with its seed sets under "_seed_sets" (never written anywhere)."""
+    """The .pt dict with its secret input sets under "_secret_inputs" (never written anywhere)."""
     sets = load_sets(store, data)
     if sets is not None:
-        data["_seed_sets"] = sets
+        data["_secret_inputs"] = sets
     return data
