@@ -9,7 +9,8 @@ evolution controller, kept to the letter where it is good.
 - Parent by UCB inside the lineage: rank-based quality (n - rank) / (n - 1) plus
   c * sqrt(ln(N + 1) / (n_i + 1)) plus uniform noise of +-0.1; ranked by measured time.
 - Inspirations: three records Boltzmann-sampled by speedup from the parent's lineage at
-  temperature tau; each slot migrates with probability 0.2 to another lineage's top-2 elites.
+  temperature tau; each one is, with probability 0.2, drawn instead from another lineage's top-2
+  elites (a migrant).
 """
 
 from __future__ import annotations
