@@ -30,7 +30,7 @@ class DeviceStats:
     utilization: float | None = None  # 0..1
 
 
-class Worker(Protocol):  # what the probe needs of farm.observe.worker_metrics.WorkerState
+class Worker(Protocol):  # what the reader needs of farm.observe.worker_metrics.WorkerState
     device: int
     pid: int | None
 
@@ -112,10 +112,10 @@ def _mem_total() -> float | None:
     return None
 
 
-# ---------------------------------------------------------------- the probe
+# ---------------------------------------------------------------- the reader
 
 
-class DeviceProbe:
+class DeviceReader:
     """Stats of the devices of one target, cached for DEVICE_CACHE_S: from the target's
     `monitor` where it has one, else from the workers' process trees."""
 

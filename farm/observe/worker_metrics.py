@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from farm.observe.devices import DeviceProbe
+from farm.observe.devices import DeviceReader
 
 
 @dataclass
@@ -38,7 +38,7 @@ class SupervisorCollector:
     def __init__(self, workers: Callable[[], list[WorkerState]], target: str, monitor=None):
         """`monitor`: the target's (farm.targets.base.Target.device_monitor), or None."""
         self.workers = workers
-        self.probe = DeviceProbe(target, monitor)
+        self.reader = DeviceReader(target, monitor)
         self.target = target
 
     def collect(self) -> Iterable:
@@ -57,7 +57,7 @@ class SupervisorCollector:
         yield from self._devices(states)
 
     def _devices(self, states: list[WorkerState]) -> Iterable:
-        stats = self.probe.stats(states)
+        stats = self.reader.stats(states)
         families = {
             "used_bytes": GaugeMetricFamily("farm_device_memory_used_bytes", "Device memory in use (cpu: the worker "
                                             "process tree's resident memory).", labels=["target", "device"]),

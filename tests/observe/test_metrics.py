@@ -21,7 +21,7 @@ from farm.ascend.target import parse_npu_smi_usages
 from farm.config import Settings
 from farm.errors import StorageError
 from farm.observe import devices, metrics
-from farm.observe.devices import DeviceProbe
+from farm.observe.devices import DeviceReader
 from farm.observe.worker_metrics import SupervisorCollector, WorkerState
 from farm.storage import open_store
 from farm.targets import available
@@ -171,8 +171,8 @@ def test_supervisor_collector_reports_workers_and_cpu_slots():
     # utilisation needs two readings of the CPU clock
     sum(range(2_000_000))
     time.sleep(0.05)
-    collector.probe._cache = (float("-inf"), {})
-    stats = collector.probe.stats(states)
+    collector.reader._cache = (float("-inf"), {})
+    stats = collector.reader.stats(states)
     assert stats[0].utilization is not None and stats[0].utilization >= 0
 
 
@@ -225,14 +225,14 @@ def test_gpu_gauges_come_from_nvml_never_from_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    probe = DeviceProbe("cuda", available()["cuda"].device_monitor())
+    reader = DeviceReader("cuda", available()["cuda"].device_monitor())
     states = [WorkerState("search", "cuda", 0, True, 0, 1), WorkerState("search", "cuda", 1, True, 0, 2)]
-    stats = probe.stats(states)
+    stats = reader.stats(states)
     assert stats[0].used_bytes == 2**30 and stats[0].total_bytes == 80 * 2**30
     assert stats[0].utilization == pytest.approx(0.37)
     assert stats[1].used_bytes == 2 * 2**30 and stats[1].utilization is None  # not supported: no gauge
-    probe._cache = (float("-inf"), {})
-    probe.stats(states)
+    reader._cache = (float("-inf"), {})
+    reader.stats(states)
     assert fake.inits == 1 and not marker.exists()
 
 
@@ -240,17 +240,17 @@ def test_without_a_driver_nvml_reports_no_gpu_and_says_so_once(caplog):
     pytest.importorskip("pynvml")  # the real nvidia-ml-py: here, no libnvidia-ml.so
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA driver")
-    probe = DeviceProbe("cuda", available()["cuda"].device_monitor())
+    reader = DeviceReader("cuda", available()["cuda"].device_monitor())
     with caplog.at_level("WARNING", logger="farm.targets.cuda"):
-        assert probe.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
-        probe._cache = (float("-inf"), {})
-        assert probe.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
+        assert reader.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
+        reader._cache = (float("-inf"), {})
+        assert reader.stats([WorkerState("search", "cuda", 0, True, 0, 1)]) == {}
     assert len([r for r in caplog.records if "NVML" in r.getMessage()]) == 1
 
 
-def test_nvml_is_imported_only_by_a_cuda_probe():
+def test_nvml_is_imported_only_by_a_cuda_reader():
     code = ("import sys; import farm.observe.worker_metrics; "
-            "from farm.observe.devices import DeviceProbe; DeviceProbe('cpu').stats([]); "
+            "from farm.observe.devices import DeviceReader; DeviceReader('cpu').stats([]); "
             "sys.exit('pynvml imported' if 'pynvml' in sys.modules else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -264,10 +264,10 @@ def test_cpu_utilisation_is_a_share_of_the_cpus_the_worker_may_use(monkeypatch, 
     monkeypatch.setattr(devices, "process_tree_cpu_seconds", lambda pids: next(cpu_seconds))
     monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(devices, "CGROUP", tmp_path)  # no quota
-    probe = DeviceProbe("cpu")
-    assert probe._cpu_stats(0, os.getpid()).utilization is None  # one reading: no rate yet
-    assert probe._cpu_stats(0, os.getpid()).utilization == 1.0
-    assert probe._cpu_stats(0, os.getpid()).utilization == pytest.approx(0.5)
+    reader = DeviceReader("cpu")
+    assert reader._cpu_stats(0, os.getpid()).utilization is None  # one reading: no rate yet
+    assert reader._cpu_stats(0, os.getpid()).utilization == 1.0
+    assert reader._cpu_stats(0, os.getpid()).utilization == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("files, expected", [
