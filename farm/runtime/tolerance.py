@@ -183,7 +183,7 @@ def _compare_float(index: str, a: torch.Tensor, e: torch.Tensor, tolerance: dict
             return _describe_failure(index, a, e, atol, rtol)
         diff.nan_to_num_(nan=0.0, posinf=0.0)  # an equal Inf pair gives NaN: no error
         max_abs = max(max_abs, float(diff.max()))
-        # relative error is meaningful only where |exp| is above the absolute floor
+        # relative error is meaningful only where |exp| is above atol, the absolute term
         rel = torch.where(ref > atol, diff / ref, 0.0)
         max_rel = max(max_rel, float(rel.max()))
     return OutputCheck(index, True, "tensor", shape, dtype, max_abs=max_abs, max_rel=max_rel)

@@ -258,9 +258,9 @@ class OpSearch(Seeding):
     def _stop_reason(self) -> str:
         if self.db.submitted >= self.config.max_tasks:
             return "budget"
-        # the seeds are judged whatever the clock says: they are the op's floor (torch.compile's own
-        # kernel among them), and a cold compile making them could spend a short budget alone
-        # (40 s on an H100 left ops that compile makes 10x faster with zero_pass)
+        # the initial candidates are judged whatever the clock says: they are where the op starts
+        # (torch.compile's own kernel among them), and a cold compile making them could spend a short
+        # budget alone (40 s on an H100 left ops that compile makes 10x faster with zero_pass)
         if (self.config.time_budget_s and time.monotonic() - self.started > self.config.time_budget_s
                 and not self.pending_seeds):
             return "time_budget"
