@@ -155,7 +155,7 @@ class RoundsMixin:
         return graph, last, bufs
 
     def device_limits(self) -> dict:
-        """Copy bandwidth and the empty kernel in each mode (trusted runner only). None on an
+        """Copy bandwidth and the empty kernel in each timing mode (trusted runner only). None on an
         interpreting target: its timings are the interpreter's (farm.evaluate.limits)."""
         if self.spec.target.interpret:
             return {"ok": True, "limits": None}

@@ -59,7 +59,7 @@ def time_mix(ev, result, mode: str, ready: list[str], rounds: int) -> None:
 
 
 def _time_case(ev, case, mode: str, rounds: int) -> tuple[dict | None, float | None, float | None, str]:
-    """One case's interleaved rounds against the Model: (ratio summary, candidate ms, Model ms, mode)."""
+    """One case's interleaved rounds against the Model: (ratio summary, candidate ms, Model ms, timing mode)."""
     bench_bytes = max(1, ev._bytes_moved())
     case_bytes = max(1, sum(nbytes(case.inputs)) + sum(nbytes(case.expected)))
     calls = ev.op_timing()["graph_calls"]

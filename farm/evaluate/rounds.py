@@ -210,7 +210,7 @@ class Comparison(EvaluatorState):
 
     def _interleave(self, mode: str, baselines: list[str], rounds: int,
                     best_so_far: float | None = None) -> tuple[list, list[float], dict, dict]:
-        """Candidate and baselines in alternating rounds, all in `mode`. Returns the (who, round
+        """Candidate and baselines in alternating rounds, all in timing mode `mode`. Returns the (who, round
         median) sequence, the candidate's samples, the outputs of its last round and the
         baselines that failed (name -> why). With `best_so_far`, a candidate out of the running ends
         after half the rounds (`_out_of_running`)."""
@@ -331,7 +331,7 @@ class Comparison(EvaluatorState):
             raise Stop("cheat", disagrees)
 
     def _record_timing(self, result: EvalResult, samples: list[float], mode: str, reason: str, op: dict) -> None:
-        """The compared figure, its mode and why; the per-call pass kept beside it, labelled."""
+        """The compared figure, its timing mode and why; the per-call pass kept beside it, labelled."""
         target = self.spec.target
         stats = timing.stats_of(samples, target.graph_method if mode == "graph" else target.event_method,
                                 "rounds").as_dict()

@@ -101,7 +101,8 @@ def candidate_ms(timed: list[tuple[str, float]]) -> float:
 # times the rounds: per-call figures of a forward that synchronises with the host spread by
 # 20-40% from round to round on the H100 (AKG prefill_attention_fwd_kernel: 0.90-1.39 in 12
 # rounds), and a median of 12 such ratios moved by more than the 10% another process must
-# agree within (bench/retime.py's check). Graph-mode intervals are a fraction of a percent: they never pay.
+# agree within (bench/retime.py's check). Intervals in the graph timing mode are a fraction of
+# a percent: they never pay.
 MAX_HALF_WIDTH = 0.05
 WIDE_ROUNDS = 3
 

@@ -315,12 +315,12 @@ INTERPRETER = "interpreter"
 
 
 def recorded_mode(mode: str, target: Target) -> str:
-    """The mode a figure of `target` timed in `mode` is recorded with (result timing, comparison)."""
+    """The timing mode a figure of `target` timed in `mode` is recorded with (result timing, comparison)."""
     return INTERPRETER if target.interpret else mode
 
 
 def mode_of(timing: dict | None, default: str = "") -> str:
-    """A stored timing's mode as every surface shows it: "interpreter" also for a record written
+    """A stored timing's timing mode as every surface shows it: "interpreter" also for a record written
     before it was recorded so (mode "events", method "host_clock")."""
     timing = timing or {}
     if timing.get("method") == "host_clock":
