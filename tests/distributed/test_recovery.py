@@ -15,9 +15,8 @@ from tests.redis_server import RedisServer, redis_server  # noqa: F401
 
 pytest.importorskip("celery")
 
-# a chunk's time limit well above its few seconds: these tests are about Redis and dead workers
-QUICK = {**FAST, "FARM_QUEUE_LOCK_TTL_S": "3", "FARM_QUEUE_TAKEOVER_S": "6", "FARM_QUEUE_RECONCILE_INTERVAL_S": "2",
-         "FARM_QUEUE_CHUNK_TIME_LIMIT_S": "120", "FARM_QUEUE_VISIBILITY_TIMEOUT_S": "300"}
+# FAST's chunk limits (well above a chunk's time): these tests are about Redis and dead workers
+QUICK = {**FAST, "FARM_QUEUE_LOCK_TTL_S": "3", "FARM_QUEUE_TAKEOVER_S": "6", "FARM_QUEUE_RECONCILE_INTERVAL_S": "2"}
 
 
 def status(c: Cluster, run: str) -> dict:
