@@ -33,11 +33,6 @@ _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 
 
-# torch._dynamo too: torch imports it on first use of a meta tensor, which every task's memory
-# guard runs, so each child paid about 1.5 s (most of a small op's check) importing it again. Like
-# torch, it is an import only: it touches no device.
-PRELOAD = ["torch", "torch._dynamo"]
-
 SOCKET_PATH_ROOM = 60  # what multiprocessing adds to its temp dir for the forkserver's socket path
 
 
@@ -62,7 +57,7 @@ def _context():
     if _CONTEXT is None:
         _short_temp_dir()
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx.set_forkserver_preload(["torch"])
         _CONTEXT = ctx
     return _CONTEXT
 

@@ -28,19 +28,3 @@ def test_a_child_starts_under_a_temp_dir_too_deep_for_a_unix_socket(tmp_path):
                          env={"PATH": "/usr/bin:/bin", "TMPDIR": str(deep), "PYTHONPATH": str(REPO),
                               "HOME": str(tmp_path)})
     assert res.stdout.strip() == "ok", res.stdout + res.stderr[-2000:]
-
-
-def _imported_at_start(report, names):
-    import sys
-
-    return {name: name in sys.modules for name in names}
-
-
-def test_a_child_starts_with_what_every_task_imports_already_imported():
-    """A child is forked from a server that has imported torch and torch._dynamo (which the
-    memory guard's meta tensors import): each child paid about 1.5 s for it otherwise."""
-    from farm.runtime.isolation import PRELOAD, run_in_child
-
-    assert "torch._dynamo" in PRELOAD
-    outcome = run_in_child(_imported_at_start, (PRELOAD,), timeout_s=120)
-    assert outcome.ok and outcome.value == {name: True for name in PRELOAD}, outcome
