@@ -19,11 +19,11 @@ descriptors; replies are plain data (farm.evaluate.wire), read with a cap and a 
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import sys
@@ -175,6 +175,9 @@ def _kill_others(deadline: float) -> list[int]:
 
 
 def _empty(folder: str, deadline: float) -> str:
+    """Everything in `folder` removed without following a link, except the read-only binds
+    that the sandbox mounted there (a Python environment or the farm under /tmp): a mount
+    point is skipped, and a folder that still holds one stays."""
     try:
         entries = list(os.scandir(folder))
     except OSError as exc:
@@ -183,11 +186,20 @@ def _empty(folder: str, deadline: float) -> str:
         if time.monotonic() > deadline:
             return f"{folder} took longer than {CLEAN_S:.0f} s to empty"
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)  # never follows links (fd-based on Linux)
-            else:
+            if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.path)
+                continue
+            if os.path.ismount(entry.path):
+                continue
+            why = _empty(entry.path, deadline)
+            if why:
+                return why
+            os.rmdir(entry.path)
+        except RecursionError:
+            return f"{folder} is nested too deep to empty"
         except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EBUSY) and entry.is_dir(follow_symlinks=False):
+                continue  # it holds a mount point
             return f"{entry.path} cannot be removed: {exc.strerror}"
     return ""
 

@@ -211,3 +211,38 @@ def test_the_memory_watchdog_counts_what_a_runner_left_to_the_sandbox_init(serve
             _load(box, HOG)
     finally:
         box.close()
+
+
+UNDER_TMP = r'''
+from farm.evaluate import boundary
+from farm.evaluate.forkserver import ForkServer
+from farm.evaluate.sandbox import Limits, Sandbox
+from farm.targets import resolve_device
+server = ForkServer(resolve_device("cpu"), Limits(start_s=90, scratch_mb=64, tmp_mb=32), boundary.probe())
+server.start()
+server.busy = True
+box = Sandbox(server.spec, server.limits, server.boundary)
+box.server = server
+box.start()
+box.call("load_source", 30, source="open('/tmp/left', 'w').write('x')\n", init_inputs=[])
+box.close()
+print("ALIVE", server.alive)
+server.close()
+'''
+
+
+def test_a_farm_checked_out_under_tmp_keeps_its_servers(tmp_path):
+    """The sandbox binds the farm (and a virtualenv) read-only where they are: under /tmp, a
+    fresh clone's place in CI, their mount points sit in the runner's /tmp, which the clean-up
+    empties around them instead of retiring the server at every candidate."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    checkout = tmp_path / "clone"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "farm", checkout / "farm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(checkout)}
+    res = subprocess.run([sys.executable, "-c", UNDER_TMP], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=240)
+    assert "ALIVE True" in res.stdout, res.stdout + res.stderr[-3000:]
