@@ -3,11 +3,15 @@
 The handler ends every child of farm.runtime.isolation at once, so worker threads waiting on
 them return "interrupted" and the process is gone in seconds, then raises KeyboardInterrupt
 (Terminated for SIGTERM) in the main thread, which every command unwinds through its
-`finally` blocks. A second signal during that clean-up exits at once.
+`finally` blocks. A second signal during that clean-up exits at once. Where Python cannot
+raise (an at-fork hook of a Popen, a `__del__`, a weakref callback) it would print "Exception
+ignored ... Traceback" and go on; the unraisable hook takes that exception back and raises it
+again at the next line that can (`_on_unraisable`).
 """
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -18,12 +22,21 @@ STOP_WITHIN_S = 10.0  # the clean-up after a signal (children, sandboxes, the le
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 MESSAGES: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 _received: list[int] = []
+_in_hook: list[bool] = []
+_again: list[int] = []  # the first signal's exception was swallowed: raise it at the next chance
 _PID = [os.getpid()]
+_HOOK = [sys.unraisablehook]
 
 
 def _on_signal(signum, frame) -> None:
     if os.getpid() != _PID[0]:  # a child forked by this process, before its exec (a runner's Popen)
         os._exit(EXIT_CODES.get(signum, 1))
+    if _again:
+        if _in_hook:  # still inside the unraisable hook, where a raise is reported, not raised
+            _trip_later(signum)
+            return
+        _again.clear()
+        _raise(signum)
     if _received:  # a second signal while the first one's clean-up runs: leave now
         _leave_now(signum)
     _received.append(signum)
@@ -33,9 +46,38 @@ def _on_signal(signum, frame) -> None:
     stop = getattr(sys.modules.get("farm.runtime.isolation"), "stop_children", None)
     if stop is not None:
         stop()
+    _raise(signum)
+
+
+def _raise(signum: int) -> None:
     from farm.errors import Terminated
 
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _on_unraisable(unraisable) -> None:
+    """Our own exception, raised where Python can only report it: the handler is asked again
+    from another thread, and raises at the next bytecode outside any such hook."""
+    if not (_received and os.getpid() == _PID[0] and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+        _HOOK[0](unraisable)
+        return
+    _in_hook.append(True)
+    try:
+        _again.append(_received[0])
+        _trip_later(_received[0])
+    finally:
+        _in_hook.clear()
+
+
+def _trip_later(signum: int) -> None:
+    # _thread.interrupt_main only marks the signal, so the handler runs in the main thread at its
+    # next check, never inside this call (signal.raise_signal and os.kill check at once); a bare
+    # thread, because threading.Thread.start waits for it, and that wait is such a check
+    _thread.start_new_thread(_interrupt_main, (signum,))
+
+
+def _interrupt_main(signum: int) -> None:
+    _thread.interrupt_main(signal.Signals(signum))
 
 
 def received() -> bool:
@@ -66,6 +108,8 @@ def stopped() -> None:
 def install() -> None:
     """A SIGINT ignored by whoever started us (`cmd &` in a script) stays ignored."""
     _PID[0] = os.getpid()
+    _HOOK[0] = sys.unraisablehook
+    sys.unraisablehook = _on_unraisable
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)

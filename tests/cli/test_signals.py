@@ -151,3 +151,62 @@ def test_stop_children_ends_children_in_flight_as_interrupted_and_allow_children
     finally:
         isolation.allow_children()
     assert isolation.run_in_child(_sleeper, (0,), timeout_s=60).ok  # a new forkserver after the old one ended
+
+
+# the signal lands where Python can only report an exception, not raise it: an at-fork hook
+# (a runner's Popen with preexec_fn), a __del__, a weakref callback
+SWALLOWED = '''
+import os, signal, subprocess, sys, time, weakref
+from farm.cli import signals
+
+signals.install()
+
+
+def hit(*_):
+    os.kill(os.getpid(), signal.SIGTERM)  # os.kill runs the handler at once: inside the hook
+    for _ in range(1000):
+        pass
+
+
+class Dying:
+    def __del__(self):
+        hit()
+
+
+class Target:
+    pass
+
+
+try:
+    where = sys.argv[1]
+    if where == "at-fork":
+        os.register_at_fork(after_in_parent=hit)
+        subprocess.Popen(["true"], preexec_fn=lambda: None).wait()
+    elif where == "del":
+        d = Dying()
+        del d
+    else:
+        t = Target()
+        ref = weakref.ref(t, hit)
+        del t
+    for _ in range(100):
+        time.sleep(0.01)
+    print("went on")
+except KeyboardInterrupt:
+    signals.stopped()
+finally:
+    signals.at_exit()
+'''
+
+
+@pytest.mark.parametrize("where", ["at-fork", "del", "weakref"])
+def test_a_signal_where_python_cannot_raise_still_stops_the_command_without_a_traceback(tmp_path, where):
+    script = tmp_path / "swallowed.py"
+    script.write_text(SWALLOWED)
+    done = subprocess.run([sys.executable, str(script), where], capture_output=True, text=True, timeout=60,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 143, done.stderr
+    assert "went on" not in done.stdout
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "terminated (SIGTERM): finished work is stored; run the same command again to resume"]
