@@ -45,6 +45,8 @@ class ServerGone(Exception):
 class ForkServer(Sandbox):
     """A runner process that forks runners: started like one, then asked to fork, reap, clean."""
 
+    builds = False  # it never compiles; each child it forks gets its own socket to the builder
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.busy = False  # lent to a runner (its child in use, or not yet cleaned)
@@ -52,12 +54,13 @@ class ForkServer(Sandbox):
         self.forks = 0
         self._ask_lock = threading.Lock()
 
-    def _entry(self, fd: int) -> str:
+    def _entry(self, fd: int, build_fd: int | None = None) -> str:
         return (f"from farm.evaluate.zygote import serve; serve({fd}, {self.spec.label!r}, "
                 f"{self.limits.device_memory_fraction!r}, {str(self.scratch)!r})")
 
-    def fork(self, env: dict[str, str], sock_fd: int, log_fd: int) -> ForkedChild:
-        reply = self._ask({"verb": "fork", "env": env}, fds=(sock_fd, log_fd))
+    def fork(self, env: dict[str, str], sock_fd: int, log_fd: int, build_fd: int | None = None) -> ForkedChild:
+        fds = (sock_fd, log_fd) if build_fd is None else (sock_fd, log_fd, build_fd)
+        reply = self._ask({"verb": "fork", "env": env}, fds=fds)
         nspid = reply.get("pid")
         if not isinstance(nspid, int) or isinstance(nspid, bool) or nspid <= 1:
             raise self._gone(f"it named no child ({nspid!r})")

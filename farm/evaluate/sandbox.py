@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from farm.evaluate import boundary as os_boundary
-from farm.evaluate import pids, protocol, wire
+from farm.evaluate import builds, pids, protocol, wire
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.proctree import pin_tree, rss_mb, signal_tree
 from farm.evaluate.protocol import Command, Failure, Reply
@@ -117,6 +117,8 @@ REPLY_BASE_BYTES = 4 << 20  # a reply without outputs: stats, samples, texts
 class Sandbox:
     """Parent-side handle of one runner on one device (restarted on demand after it died)."""
 
+    builds = True  # the runner gets Triton's C helpers from the trusted builder (farm.evaluate.builds)
+
     def __init__(self, spec: DeviceSpec, limits: Limits | None = None, boundary: Boundary | None = None,
                  read_only: tuple = ()):
         self.spec = spec
@@ -136,6 +138,7 @@ class Sandbox:
         self.cached_inputs: set[str] = set()
         self.primed_for: object = None  # the case sets a pool primed it with (farm.evaluate.trusted)
         self.device_info: dict = {}
+        self.build_sock: socket.socket | None = None  # to the trusted builder (farm.evaluate.builds)
         self.server: Any = None  # the fork server (farm.evaluate.forkserver) lent for the next start
         self.closed = False  # closed for good: never started again (a pool closing under a start)
         self._paused_since: float | None = None  # stopped by pause() since then
@@ -186,13 +189,23 @@ class Sandbox:
         self.log = tempfile.TemporaryFile(prefix="farm-runner-log-")
         self.cgroup = None
         parent_sock, child_sock = socket.socketpair()
+        build_parent, build_child = socket.socketpair() if self.builds else (None, None)
         try:
-            self.proc = self._spawn({**candidate_env(self.spec, self.scratch), **self.extra_env}, child_sock)
+            self.proc = self._spawn({**candidate_env(self.spec, self.scratch), **self.extra_env}, child_sock,
+                                    build_child)
         except BaseException:
             parent_sock.close()
+            if build_parent is not None:
+                build_parent.close()
             raise
         finally:
             child_sock.close()
+            if build_child is not None:
+                build_child.close()
+        if build_parent is not None:
+            self.build_sock = build_parent
+            builds.serve(build_parent, builds.builder_for(self.boundary, self.spec.target.sandbox_paths()),
+                         self.spec.label)
         self.sock, proc = parent_sock, self.proc
         self.starts += 1
         self.cached_inputs = set()
@@ -205,36 +218,39 @@ class Sandbox:
         if self._cpus is not None:
             pin_tree(proc.pid, self._cpus)  # a runner started while pinned is pinned too
 
-    def _spawn(self, env: dict[str, str], child_sock: socket.socket) -> Any:
+    def _spawn(self, env: dict[str, str], child_sock: socket.socket, build_sock: socket.socket | None = None) -> Any:
         """The runner's process: forked by its fork server where the pool lent one (the server
-        gone: started afresh), else a new interpreter."""
+        gone: started afresh), else a new interpreter. `build_sock`: its end of the socket to
+        the trusted builder of Triton's C helpers (farm.evaluate.builds)."""
         server, self.server = self.server, None
+        build_fd = build_sock.fileno() if build_sock is not None else None
         if server is not None:
             env.update(self.spec.target.sandbox_env(self.spec.index))
             try:
-                proc = server.fork(env, child_sock.fileno(), self.log.fileno())  # type: ignore[union-attr]
+                proc = server.fork(env, child_sock.fileno(), self.log.fileno(), build_fd)  # type: ignore[union-attr]
                 self.server = server
                 return proc
             except Exception as exc:  # noqa: BLE001 - the server is killed; this runner starts afresh
                 log.warning("%s; starting a runner afresh", exc)
                 server.release()
         self.cgroup = pids.new_group(self.limits.tasks) if self.boundary.on else None
-        argv = self._argv([sys.executable, "-c", self._launcher(child_sock.fileno())], env)
-        return subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), env=env, cwd=self.workdir or "/",
+        argv = self._argv([sys.executable, "-c", self._launcher(child_sock.fileno(), build_fd)], env)
+        fds = (child_sock.fileno(),) if build_fd is None else (child_sock.fileno(), build_fd)
+        return subprocess.Popen(argv, pass_fds=fds, env=env, cwd=self.workdir or "/",
                                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                 preexec_fn=self._preexec, start_new_session=True)
 
-    def _launcher(self, fd: int) -> str:
+    def _launcher(self, fd: int, build_fd: int | None = None) -> str:
         # -c, with the working folder taken off sys.path: a candidate cannot plant modules that
         # a runner would import. Inside the sandbox the runner caps its own tasks first
         # (RLIMIT_NPROC counts the sandbox's user namespace; farm.evaluate.pids)
         nproc = (f"import resource; resource.setrlimit(resource.RLIMIT_NPROC, ({self.limits.tasks}, "
                  f"{self.limits.tasks})); ") if self.boundary.on and self.cgroup is None else ""
-        return f"import sys; sys.path.pop(0); {nproc}{self._entry(fd)}"
+        return f"import sys; sys.path.pop(0); {nproc}{self._entry(fd, build_fd)}"
 
-    def _entry(self, fd: int) -> str:
+    def _entry(self, fd: int, build_fd: int | None = None) -> str:
         return (f"from farm.evaluate.sandbox_child import main; "
-                f"main({fd}, {self.spec.label!r}, {self.limits.device_memory_fraction!r})")
+                f"main({fd}, {self.spec.label!r}, {self.limits.device_memory_fraction!r}, {build_fd!r})")
 
     def _argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         """The command inside the OS boundary; `env` takes the target's pin for inside it."""
@@ -303,6 +319,12 @@ class Sandbox:
         self.cgroup = None
         if sock is not None:
             sock.close()
+        build_sock, self.build_sock = self.build_sock, None
+        if build_sock is not None:  # wakes the builder thread blocked on it
+            try:
+                build_sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self.proc = self.sock = None
         server = self.server
         if server is not None and proc is not None:  # its child is gone: cleaned, for the next one

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from farm import targets
-from farm.evaluate import protocol, timing, wire
+from farm.evaluate import build_client, protocol, timing, wire
 from farm.evaluate.child_rounds import RoundsMixin, _kind
 from farm.evaluate.child_trusted import TrustedMixin
 from farm.runtime import grads, pointers
@@ -441,10 +441,11 @@ def _reply(sock, payload: dict) -> None:
     wire.send_frame(sock, wire.encode(payload))
 
 
-def start_runner(spec: targets.DeviceSpec, memory_fraction: float) -> Runner:
+def start_runner(spec: targets.DeviceSpec, memory_fraction: float, build_fd: int | None = None) -> Runner:
     """The device's runtime and Triton driver (the target's), this process's share of device
     memory, and a runner whose launch hook and harness snapshot are in place."""
     targets.import_device_runtime(spec)
+    build_client.install(build_fd)  # Triton's C helpers from the trusted builder
     spec.target.limit_memory(memory_fraction)
     runner = Runner(spec)
     install_launch_hook(runner.launches)
@@ -452,7 +453,7 @@ def start_runner(spec: targets.DeviceSpec, memory_fraction: float) -> Runner:
     return runner
 
 
-def main(fd: int, device_label: str, memory_fraction: float) -> None:
+def main(fd: int, device_label: str, memory_fraction: float, build_fd: int | None = None) -> None:
     import socket
 
     sock = socket.socket(fileno=fd)
@@ -460,7 +461,7 @@ def main(fd: int, device_label: str, memory_fraction: float) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     try:
         spec = targets.resolve_device(device_label)
-        runner = start_runner(spec, memory_fraction)
+        runner = start_runner(spec, memory_fraction, build_fd)
         # what is alive now (torch, triton, the harness) lives as long as the runner: out of the
         # collector's sight: a candidate's unload collects only what came after it
         gc.freeze()

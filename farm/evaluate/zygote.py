@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import gc
 import json
 import os
@@ -53,7 +54,7 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
     child = 0
     while True:
         try:
-            payload, fds = wire.recv_frame_fds(sock, max_fds=2)
+            payload, fds = wire.recv_frame_fds(sock, max_fds=3)
         except (EOFError, OSError):
             os._exit(0)
         try:
@@ -61,7 +62,7 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
             verb = msg.get("verb")
         except (ValueError, AttributeError):  # the runner protocol's Exit (pickled), or nonsense
             os._exit(0)
-        if verb == "fork" and len(fds) == 2 and child == 0:
+        if verb == "fork" and len(fds) in (2, 3) and child == 0:
             sys.stdout.flush()
             sys.stderr.flush()
             child = os.fork()
@@ -70,7 +71,7 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
                 try:
                     sock.close()
                     _become_runner(fds, msg["env"], scratch)
-                    sandbox_child.main(3, device_label, memory_fraction)
+                    sandbox_child.main(3, device_label, memory_fraction, 4 if len(fds) == 3 else None)
                 except BaseException:  # noqa: BLE001 - said in the runner's log, as a fresh one would
                     traceback.print_exc()
                     code = 1
@@ -93,15 +94,18 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
 
 def _become_runner(fds: list[int], env: dict, scratch: str) -> None:
     """The forked child as a runner started afresh would be: its log on stdout and stderr, its
-    socket on descriptor 3 and nothing else of the server's open, its environment, its folder."""
-    sock_fd, log_fd = fds
+    socket on descriptor 3, the builder's (farm.evaluate.builds) on 4 and nothing else of the
+    server's open, its environment, its folder."""
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 16) for fd in fds]  # out of the way of 1-4 first
+    sock_fd, log_fd, *build = high
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    if sock_fd != 3:
-        os.dup2(sock_fd, 3, inheritable=False)
-    os.closerange(4, 1 << 16)
+    for fd, at in ((sock_fd, 3), *((b, 4) for b in build)):
+        os.dup2(fd, at, inheritable=False)
+    os.closerange(5 if build else 4, 1 << 16)
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in env.items()})
+
     os.chdir(scratch)
     for sig in _SHRUGGED:  # as a new interpreter has them
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
