@@ -43,6 +43,7 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
     # everything a runner imports, imported here once; nothing that starts threads or a device
     from farm.evaluate import sandbox_child
 
+    warm_triton()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -90,6 +91,20 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
             for f in fds:
                 os.close(f)
             _reply(sock, {"ok": False, "why": f"unknown or out-of-turn message {verb!r}"})
+
+
+def warm_triton() -> None:
+    """What Triton computes once per process from its own files, computed here so every fork
+    has it: the key of its build (a sha256 over libtriton, 400 MB in a CUDA wheel: about a
+    second of every fresh runner's first compile). Files only, never the device; nothing under
+    the interpreter, which compiles nothing."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # a Triton that keys its cache otherwise
+        return
+    triton_key()
 
 
 def _become_runner(fds: list[int], env: dict, scratch: str) -> None:

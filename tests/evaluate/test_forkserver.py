@@ -246,3 +246,24 @@ def test_a_farm_checked_out_under_tmp_keeps_its_servers(tmp_path):
     res = subprocess.run([sys.executable, "-c", UNDER_TMP], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=240)
     assert "ALIVE True" in res.stdout, res.stdout + res.stderr[-3000:]
+
+
+WARM = r'''
+import os, sys
+from triton.runtime.cache import triton_key
+from farm.evaluate import zygote
+zygote.warm_triton()
+print(triton_key.cache_info().currsize)
+'''
+
+
+@pytest.mark.parametrize("interpret", ["", "1"])
+def test_a_server_computes_triton_s_key_of_its_own_build_once_for_every_fork(tmp_path, interpret):
+    """Every fresh runner's first compile hashed libtriton (about a second on a CUDA wheel):
+    the server does it, from files alone, where Triton compiles at all."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": interpret}
+    done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert done.stdout.split() == (["0"] if interpret else ["1"])
