@@ -1,5 +1,5 @@
-"""One writer at a time: a lock object in the store, for a run (runs/<run>/writer.lock) and for
-a store's kernels of an op (kernels/<target>/<source>/<op>/writer.lock).
+"""One writer at a time: the writer lock, an object in the store, for a run (runs/<run>/writer.lock)
+and for a store's kernels of an op (kernels/<target>/<source>/<op>/writer.lock).
 
 The lock is a small JSON document created only if absent: O_CREAT|O_EXCL on a file store, a PUT
 with If-None-Match: * on S3 (where the server ignores that header, a check before the write:
@@ -76,7 +76,7 @@ def describe(holder: dict) -> str:
             f"started at {holder.get('started_at', '?')}")
 
 
-class StoreLock:
+class WriterLock:
     def __init__(self, store: Store, key: str, what: str, wait_s: float = 5.0):
         self.store, self.key, self.what, self.wait_s = store, key, what, wait_s
         self.token = uuid.uuid4().hex
@@ -137,8 +137,8 @@ class StoreLock:
 
 
 @contextmanager
-def held(store: Store, key: str, what: str, wait_s: float = 5.0) -> Iterator[StoreLock]:
-    lock = StoreLock(store, key, what, wait_s)
+def held(store: Store, key: str, what: str, wait_s: float = 5.0) -> Iterator[WriterLock]:
+    lock = WriterLock(store, key, what, wait_s)
     lock.acquire()
     try:
         yield lock
