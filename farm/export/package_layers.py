@@ -12,8 +12,8 @@ op with that assignment, flattening leading dimensions to the rank the kernel wa
 `patch(model)` walks the model, and swaps each module it recognises (a class named *RMSNorm
 with weight and eps, nn.LayerNorm, nn.SiLU/GELU and the Hugging Face activation classes, an
 MLP with gate_proj/up_proj/down_proj and a SiLU act_fn) for the drop-in, reusing the module's
-own parameters, but only after a probe: the original and the drop-in (its PyTorch fallback)
-must give the same output on a random input; a layer that differs (GemmaRMSNorm's 1 + weight)
+own parameters, but only after a swap check: the original and the drop-in (its PyTorch
+fallback) must give the same output on a random input; a layer that differs (GemmaRMSNorm's 1 + weight)
 is left alone and reported. Like Liger-Kernel's apply_* functions, with a report of what was
 swapped.
 """
@@ -238,7 +238,7 @@ def _candidate(module: nn.Module):
     return None, None
 
 
-def _probe_input(module: nn.Module, new: nn.Module) -> torch.Tensor:
+def _check_input(module: nn.Module, new: nn.Module) -> torch.Tensor:
     param = next(module.parameters(), None)
     dtype, device = (param.dtype, param.device) if param is not None else (torch.float32, torch.device("cpu"))
     width = param.shape[-1] if param is not None and param.dim() >= 1 else 16
@@ -265,15 +265,15 @@ def patch(model: nn.Module, kinds: tuple[str, ...] | None = None) -> PatchReport
             new, kind = _candidate(module)
             if new is None or kind not in _LAYERS or (kinds is not None and kind not in kinds):
                 continue
-            x = _probe_input(module, new)
-            force_fallback(True)  # the probe checks the meaning, on any device
+            x = _check_input(module, new)
+            force_fallback(True)  # the swap check compares the meaning, on any device
             try:
                 with torch.no_grad():
                     same = _same(module(x), new(x))
             except Exception as exc:  # noqa: BLE001 - a layer the drop-in cannot stand in for
                 same, why = False, f"{type(exc).__name__}: {exc}".splitlines()[0]
             else:
-                why = "its output differs from the drop-in's on a probe input"
+                why = "its output differs from the drop-in's on the swap check's input"
             restore_state(saved)
             if not same:
                 report.skipped.append({"name": name, "was": type(module).__name__, "reason": why})

@@ -114,7 +114,7 @@ def stats() -> dict[str, dict]:
 
 
 def stats_state() -> tuple[dict, bool | None]:
-    """What patch()'s probes leave untouched: the counters and the forced-fallback setting."""
+    """What patch()'s swap checks leave untouched: the counters and the forced-fallback setting."""
     with _lock:
         return copy.deepcopy(_stats), _forced
 
