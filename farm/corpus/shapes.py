@@ -123,7 +123,7 @@ class KernelOnMeta(RuntimeError):
 def no_kernel_launches():
     """Triton launches raise KernelOnMeta for the duration. A meta tensor's data_ptr() is 0:
     on a GPU, Triton would launch the kernel on null pointers, and the illegal memory access
-    poisons the process's CUDA context, so every later call of the op fails (seen on an H100:
+    breaks the process's CUDA context, so every later call of the op fails (seen on an H100:
     17 of 25 bundled ops failed reference generation). The forward of a Model that launches
     Triton kernels is then recorded as not runnable on meta, like a data-dependent one."""
     import sys

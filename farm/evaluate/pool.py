@@ -2,7 +2,7 @@
 started ahead of time so that the device does not wait for it.
 
 A runner is a process in a sandbox of its own (farm.evaluate.sandbox): whatever a candidate
-did to it (patched the harness, its clock or its loader, poisoned the input sets it keeps,
+did to it (patched the harness, its clock or its loader, tampered with the input sets it keeps,
 filled its compiler cache, left processes or threads running) ends with it, because the next
 candidate never sees that process, its folder or its cache. Starting one (an interpreter,
 torch, Triton, a device context) takes seconds, so `size` runners are kept started by as many

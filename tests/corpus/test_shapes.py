@@ -185,7 +185,7 @@ def test_natural_order_of_op_names(tmp_path):
 
 def test_the_meta_forward_never_launches_a_triton_kernel(tmp_path):
     """A meta tensor's data_ptr() is 0: on a GPU the launch is an illegal memory access that
-    poisons the process's CUDA context (every Triton op then failed reference generation on an
+    breaks the process's CUDA context (every Triton op then failed reference generation on an
     H100). The guard's forward refuses the launch and records why; Triton works again after."""
     import torch
     import triton.runtime.interpreter as interpreter
