@@ -1,4 +1,4 @@
-"""`farm reference`: generate reference data (.pt) for the selected tasks on the source device."""
+"""`farm reference`: generate reference data (.pt) for the selected tasks on the reference platform."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def reference(
                                    "the secret input sets of reference-data-mode ops in <dir>/.secrets/.")] = None,
     store: Annotated[Optional[str], typer.Option(help="Storage URL, file:///path or s3://bucket/prefix [store]; not with "
                                                    "--output-dir (the folder holds everything the target needs).")] = None,
-    device: Annotated[str, typer.Option(help="Source device: N (CUDA index), cuda:N, cpu, npu:N, or auto.")] = "auto",
+    device: Annotated[str, typer.Option(help="The reference platform's device: N (CUDA index), cuda:N, cpu, npu:N, or auto.")] = "auto",
     seed: Annotated[Optional[int], typer.Option(help="Seed [reference.seed].")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per op [reference.timeout_s].")] = None,
     shapes: Annotated[str, typer.Option(help="bench, small, or auto (small on cpu, bench on an accelerator).")] = "auto",

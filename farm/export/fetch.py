@@ -147,8 +147,8 @@ def readme(index: dict[str, Any]) -> str:
                   "a page that opens offline."]
     lines += ["", "## How each kernel was verified", "",
               "Before it was kept, every kernel passed, in an isolated process on the target device:",
-              "its outputs against the stored reference data (the .pt made by the original Model on the source",
-              "device), a second run with bitwise-identical output, inputs left unchanged, Triton launches",
+              "its outputs against the stored reference data (the .pt made by the original Model on the reference",
+              "platform), a second run with bitwise-identical output, inputs left unchanged, Triton launches",
               "observed at run time, and, as listed below, inputs it had never seen. Tolerances:",
               "farm/runtime/tolerance.py. Times are medians of device-event timings behind a cache flush; speedups",
               "compare with the original Model and the PyTorch Reference timed the same way.", ""]

@@ -1,4 +1,4 @@
-"""Reference: the original Model's inputs and outputs on the source platform, as `.pt` files.
+"""Reference: the original Model's inputs and outputs on the reference platform, as `.pt` files.
 
 Takes tasks (farm.corpus.tasks) and a device; gives one `.pt` per op in the existing tool chain's
 format, stored sha256-addressed under refs/<source>/<op>.pt (generate), the merged

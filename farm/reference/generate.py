@@ -1,4 +1,4 @@
-"""Step one of the flow: run each task's original Model on the source device and keep its
+"""Step one of the flow: run each task's original Model on the reference platform and keep its
 inputs and outputs as a .pt, so the target never needs the CUDA code.
 
 `generate_reference` is the library function (one task, current process, device already
