@@ -187,7 +187,16 @@ class ForkedChild:
 
 _LOCK = threading.Lock()
 _SERVERS: list[ForkServer] = []  # this process's, lent or idle
-_STARTER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fork-server-start")  # threads that stay
+
+
+def starters(cpus: int | None) -> int:
+    """Fork servers started at once: each start is a sandbox and `import torch` (a few
+    CPU-seconds), so two on a small machine; a large host's pools (four ops at once, each
+    wanting a server per runner) waited for two at a time at the start of every batch."""
+    return min(8, max(2, (cpus or 2) // 8))
+
+
+_STARTER = ThreadPoolExecutor(max_workers=starters(os.cpu_count()), thread_name_prefix="fork-server-start")  # threads that stay
 
 
 def _same(server: ForkServer, spec: DeviceSpec, limits: Limits, boundary: Boundary) -> bool:

@@ -267,3 +267,8 @@ def test_a_server_computes_triton_s_key_of_its_own_build_once_for_every_fork(tmp
     env = {**os.environ, "TRITON_INTERPRET": interpret}
     done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, timeout=120, check=True)
     assert done.stdout.split() == (["0"] if interpret else ["1"])
+
+
+def test_servers_start_two_at_a_time_on_a_small_machine_and_more_on_a_large_host():
+    assert [forkserver.starters(n) for n in (None, 1, 2, 16, 64, 128, 256)] == [2, 2, 2, 2, 8, 8, 8]
+    assert forkserver.starters(32) == 4
