@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import inputs as corpus_inputs  # noqa: E402
 from farm.corpus import tasks as taskfiles  # noqa: E402
-from farm.evaluate import sandbox_child  # noqa: E402
-from farm.evaluate.sandbox import Limits, Sandbox  # noqa: E402
+from farm.evaluate import runner_child  # noqa: E402
+from farm.evaluate.runner import Limits, Runner  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def one_op(ref, spec, sets: int, shapes: str) -> dict:
 
     task = taskfiles.load_task(ref, shapes)
     init = corpus_inputs.draw_init_inputs(task, 0)
-    runner = sandbox_child.Runner(spec)
+    runner = runner_child.ChildRunner(spec)
     runner.snapshot()
     keys = ["pt"] + [f"seed{i}" for i in range(sets - 1)]
     for i, key in enumerate(keys):
@@ -61,7 +61,7 @@ def one_op(ref, spec, sets: int, shapes: str) -> dict:
     # a rebuild: the unload before it, the file's import, the construction (every load, before issue 17)
     row["rebuild_ms"] = clock(lambda: runner._build(path, source, shapes, "Model", init, None, None, None))
     row["unload_ms"] = clock(runner.unload)
-    gc.freeze()  # as the runner does once started (sandbox_child.main)
+    gc.freeze()  # as the runner does once started (runner_child.main)
     row["unload_frozen_ms"] = clock(runner.unload)
     gc.unfreeze()
     runner.load_task(path, source, shapes, "Model", init)
@@ -85,7 +85,7 @@ def one_op(ref, spec, sets: int, shapes: str) -> dict:
 
 
 def round_trip(spec) -> dict:
-    box = Sandbox(spec, Limits())
+    box = Runner(spec, Limits())
     t0 = time.perf_counter()
     box.ensure_started()
     start = (time.perf_counter() - t0) * 1e3

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from farm.evaluate import ahead, evaluator, lease, sandbox  # noqa: E402
+from farm.evaluate import ahead, evaluator, lease, runner  # noqa: E402
 from farm.evaluate.rounds import Comparison  # noqa: E402
 
 CALLS: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -41,7 +41,7 @@ WRAPPED = {
                           "_start_runners", "baseline", "_time_baseline", "_all_cases", "_fwd_bwd_speedups"),
     Comparison: ("_compare_all", "_interleave", "op_timing", "_baseline_slots", "floor",
                  "_put_time_cases", "null_check", "_retime", "_check_timed_outputs", "_limit"),
-    sandbox.Sandbox: ("start", "pin", "kill", "call", "with_inputs", "pause", "resume"),
+    runner.Runner: ("start", "pin", "kill", "call", "with_inputs", "pause", "resume"),
     ahead.CompileAhead: ("prepare",),
 }
 
@@ -50,7 +50,7 @@ def _timed(name: str, fn):
     @functools.wraps(fn)
     def wrapper(*a, **k):
         label = name
-        if name.startswith("Sandbox.") and name.endswith(("call", "with_inputs")):
+        if name.startswith("Runner.") and name.endswith(("call", "with_inputs")):
             label = f"{name}:{a[1]}"  # the runner command
         t0 = time.perf_counter()
         reply = None
@@ -63,7 +63,7 @@ def _timed(name: str, fn):
                 row = CALLS[label]
                 row[0] += 1
                 row[1] += spent
-                if label == "Sandbox.call:time_round" and isinstance(reply, dict) and reply.get("samples"):
+                if label == "Runner.call:time_round" and isinstance(reply, dict) and reply.get("samples"):
                     _round_row(a[0], k, reply, spent)
     return wrapper
 

@@ -1,5 +1,5 @@
 """How long a large input set takes to reach a candidate runner, by each of the two ways
-farm.evaluate.sandbox can send it: pickled through the socket, or written by torch.save into
+farm.evaluate.runner can send it: pickled through the socket, or written by torch.save into
 a file that the runner reads (what commands of FILE_MIN_BYTES or more use). A 256 MB set
 (two bf16 and one fp32 tensor of 8192 x 4096, a training op's inputs); three repetitions of
 each, after one not counted; one process pair, host only (no device).

@@ -26,7 +26,7 @@ from farm.evaluate import quiet, static_checks
 from farm.evaluate.boundary import Boundary
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import EvalResult
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied, close_all
+from farm.evaluate.runner import Limits, Runner, RunnerDied, close_all
 from farm.masking import mask_secrets, secret_values
 from farm.observe import metrics
 from farm.runtime.isolation import trim
@@ -52,8 +52,8 @@ class CompileAhead:
 
     def __init__(self, specs: list[DeviceSpec], size: int, init_inputs: list, inputs: list,
                  limits: Limits, boundary: Boundary, target: str,
-                 configure: Callable[[Sandbox], None] | None = None,
-                 prime: Callable[[Sandbox], None] | None = None, secrets: list[str] | None = None):
+                 configure: Callable[[Runner], None] | None = None,
+                 prime: Callable[[Runner], None] | None = None, secrets: list[str] | None = None):
         self.limits = limits
         self.init_inputs, self.inputs = init_inputs, inputs
         # masked in what a verdict says: the evaluator's (its settings' and the environment's), else the environment's
@@ -61,7 +61,7 @@ class CompileAhead:
         self.boundary = boundary
         self.configure = configure
 
-        def setup(box: Sandbox) -> None:
+        def setup(box: Runner) -> None:
             if configure is not None:
                 configure(box)
             box.extra_env = {"TRITON_CACHE_AUTOTUNING": "0"}  # no autotune choice made on garbage timings
@@ -76,7 +76,7 @@ class CompileAhead:
         self.prepared = 0  # candidates handed on to the device
         self.judged = 0  # candidates given their verdict here
 
-    def prepare(self, candidate_code: str, name: str) -> EvalResult | Sandbox:
+    def prepare(self, candidate_code: str, name: str) -> EvalResult | Runner:
         """The verdict where the candidate fails before it needs the device; else the fresh
         runner it is loaded and compiled in, for the evaluator of that runner's device."""
         started = time.monotonic()
@@ -96,7 +96,7 @@ class CompileAhead:
                 result = self._warm(box, candidate_code, name)
             finally:
                 calm.remove(box)
-        except SandboxDied as died:  # no runner could be started: the evaluator's own start says so again
+        except RunnerDied as died:  # no runner could be started: the evaluator's own start says so again
             return self._judged(EvalResult(verdict=died.kind, reason=str(died).splitlines()[0], log=str(died)),
                                 started)
         finally:
@@ -108,7 +108,7 @@ class CompileAhead:
             self.prepared += 1
         return result
 
-    def _warm(self, box: Sandbox, candidate_code: str, name: str) -> EvalResult | Sandbox:
+    def _warm(self, box: Runner, candidate_code: str, name: str) -> EvalResult | Runner:
         try:
             reply = box.call("load_source", self.limits.compile_s, source=candidate_code, init_inputs=self.init_inputs,
                              name=name)
@@ -117,11 +117,11 @@ class CompileAhead:
                 kind = reply.get("kind", "runtime_error")
                 return EvalResult(verdict=kind, reason=error.strip().splitlines()[-1] if error.strip() else kind,
                                   log=error)
-        except SandboxDied as died:  # while loading: the device's runner would meet exactly this
+        except RunnerDied as died:  # while loading: the device's runner would meet exactly this
             return EvalResult(verdict=died.kind, reason=str(died).splitlines()[0], log=str(died))
         try:
             reply = box.with_inputs("warm", self.limits.compile_s, "pt", self.inputs)
-        except SandboxDied as died:
+        except RunnerDied as died:
             if died.kind == "timeout":  # a compiler (or forward) that never returns: not on the device's time
                 return EvalResult(verdict="timeout", reason=str(died).splitlines()[0], log=str(died))
             return self._fresh(box)  # a crash may come from the garbage (a size read from an unwritten output)
@@ -129,11 +129,11 @@ class CompileAhead:
             return self._fresh(box)  # garbage may have broken the runner's device context
         return box
 
-    def _fresh(self, box: Sandbox) -> Sandbox:
+    def _fresh(self, box: Runner) -> Runner:
         """A runner for a candidate whose warm run went wrong on garbage: a new one (its kernels
         are compiled on the device then), with the same setup."""
         box.close()
-        fresh = Sandbox(box.spec, box.limits, box.boundary)
+        fresh = Runner(box.spec, box.limits, box.boundary)
         if self.configure is not None:
             self.configure(fresh)
         return fresh

@@ -1,7 +1,7 @@
-"""Inside the candidate runner (farm.evaluate.sandbox_child): one round of an interleaved
+"""Inside the candidate runner (farm.evaluate.runner_child): one round of an interleaved
 comparison (farm.evaluate.speedup) in either timing mode, the device graphs it captures, and the
 device floor; plus how a failure is classified. Runs next to untrusted candidate code: the
-harness names it relies on are watched by sandbox_child._WATCHED."""
+harness names it relies on are watched by runner_child._WATCHED."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class LaunchLog(Protocol):
-    """sandbox_child.LaunchLog (which imports this module), as a round uses it."""
+    """runner_child.LaunchLog (which imports this module), as a round uses it."""
 
     compile_only: bool
     capture_stream: Any
@@ -33,9 +33,9 @@ class LaunchLog(Protocol):
 
 
 class RoundsMixin:
-    """Mixed into sandbox_child.Runner: uses its model(s), input sets, timer and launch log."""
+    """Mixed into runner_child.ChildRunner: uses its model(s), input sets, timer and launch log."""
 
-    # the Runner's, set by its __init__
+    # the ChildRunner's, set by its __init__
     spec: DeviceSpec
     model: torch.nn.Module | None
     models: dict[str, torch.nn.Module]

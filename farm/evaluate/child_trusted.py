@@ -1,4 +1,4 @@
-"""Inside a runner (farm.evaluate.sandbox_child): the task's own Model and Reference, built
+"""Inside a runner (farm.evaluate.runner_child): the task's own Model and Reference, built
 once per runner and kept.
 
 The trusted runner used to rebuild the task's class for every run it was asked for: each
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
 
 class TrustedMixin:
-    """Mixed into sandbox_child.Runner: uses its `_instantiate`, `unload`, `models`, `graphs`."""
+    """Mixed into runner_child.ChildRunner: uses its `_instantiate`, `unload`, `models`, `graphs`."""
 
-    # the Runner's, set by its __init__
+    # the ChildRunner's, set by its __init__
     model: torch.nn.Module | None
     models: dict[str, torch.nn.Module]
     graphs: dict[tuple, Any]

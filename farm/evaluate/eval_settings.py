@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from farm.evaluate import profiles
-from farm.evaluate.sandbox import Limits
+from farm.evaluate.runner import Limits
 from farm.evaluate.timing import GRAPH_THRESHOLD_MS
 from farm.targets import DeviceSpec
 

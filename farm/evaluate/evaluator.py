@@ -24,7 +24,7 @@ Stages, each of which can end the evaluation with its verdict:
 The parts, along the trust line (docs/evaluator.md, "Trust"):
 
     candidate runner  a fresh process per candidate, from a warm pool (farm.evaluate.pool,
-                      farm.evaluate.sandbox): runs the candidate, returns plain outputs; its
+                      farm.evaluate.runner): runs the candidate, returns plain outputs; its
                       claims (launches, threads, timings) are evidence, never the decision
     trusted runner    the task's Model and Reference (`trusted`): the truth on the fresh
                       inputs and the baselines; never runs candidate code
@@ -55,7 +55,7 @@ from farm.evaluate.protocol import Reply
 from farm.evaluate.result import LOG_CHARS, REASON_CHARS, EvalResult
 from farm.evaluate.result import Stop as _Stop
 from farm.evaluate.rounds import Comparison
-from farm.evaluate.sandbox import Sandbox, SandboxDied, close_all
+from farm.evaluate.runner import Runner, RunnerDied, close_all
 from farm.evaluate.trusted import PROBES, TrustedSide  # noqa: F401 - PROBES: part of this module's face
 from farm.evaluate.verifier import Verifier
 from farm.masking import mask_secrets, secret_values
@@ -115,7 +115,7 @@ class Evaluator(TrustedSide, Comparison):
         # a fresh runner per candidate, started ahead; the current candidate's is `candidates`
         self.pool = RunnerPool(spec, self.settings.limits, self.boundary, self.settings.warm_runners,
                                configure=self._configure, prime=self._prime)
-        self.candidates: Sandbox | None = None
+        self.candidates: Runner | None = None
         self.trusted = self._new_trusted()
         self._cases: list[tuple[list, list]] | None = None
         self._seeds: list[int | None] = []
@@ -138,7 +138,7 @@ class Evaluator(TrustedSide, Comparison):
     # ------------------------------------------------------------ candidate side
 
     def evaluate(self, candidate_code: str, name: str = "candidate", best_so_far: float | None = None,
-                 runner: Sandbox | None = None) -> EvalResult:
+                 runner: Runner | None = None) -> EvalResult:
         """The candidate's verdict and figures. `best_so_far`: the op's best ratio against the
         Model so far (farm.search), against which a candidate out of the running stops its rounds
         early.
@@ -162,7 +162,7 @@ class Evaluator(TrustedSide, Comparison):
                 self._check_deadline(stage)
         except _Stop as stop:
             result.verdict, result.reason, result.log = stop.verdict, stop.reason, stop.log
-        except SandboxDied as died:
+        except RunnerDied as died:
             result.verdict, result.reason = died.kind, str(died).splitlines()[0]
             result.log = str(died)
         finally:
@@ -221,7 +221,7 @@ class Evaluator(TrustedSide, Comparison):
         return trim(mask_secrets(text or "", self.secrets), limit)
 
     @property
-    def _candidate(self) -> Sandbox:
+    def _candidate(self) -> Runner:
         """The current candidate's runner, which its stages use: there from the start of evaluate()."""
         if self.candidates is None:
             raise RuntimeError("no candidate runner outside evaluate()")

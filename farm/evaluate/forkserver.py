@@ -28,7 +28,7 @@ from typing import Any
 
 from farm.evaluate import proctree, wire, zygote
 from farm.evaluate.boundary import Boundary
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class ServerGone(Exception):
     """The fork server did not do what it was asked: it has been killed."""
 
 
-class ForkServer(Sandbox):
+class ForkServer(Runner):
     """A runner process that forks runners: started like one, then asked to fork, reap, clean."""
 
     builds = False  # it never compiles; each child it forks gets its own socket to the builder

@@ -70,7 +70,7 @@ def _time_case(ev, case, mode: str, rounds: int) -> tuple[dict | None, float | N
         ev.candidates.cached_inputs.discard(RUNNER_KEY)  # this case replaces the one the runner kept
         trusted = ev.trusted
         if getattr(trusted, "space_case", None) != (case.key, trusted.starts) or RUNNER_KEY not in trusted.cached_inputs:
-            trusted.cached_inputs.discard(RUNNER_KEY)  # (its graphs of the last case go with it: sandbox_child)
+            trusted.cached_inputs.discard(RUNNER_KEY)  # (its graphs of the last case go with it: runner_child)
             if trusted.call("put_inputs", ev.settings.limits.run_s, key=RUNNER_KEY, inputs=case.inputs).ok:
                 trusted.cached_inputs.add(RUNNER_KEY)
                 trusted.space_case = (case.key, trusted.starts)

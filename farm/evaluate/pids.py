@@ -7,7 +7,7 @@ Bubblewrap has no such option, so the limit comes from one of two places:
   enabled for children of the root). The runner joins it before bwrap starts, so everything in
   the sandbox counts, and killing the runner kills every process in it.
 - otherwise RLIMIT_NPROC, set by the runner inside its user namespace before any candidate code
-  runs (farm.evaluate.sandbox's launcher). Since Linux 5.14 that limit counts the tasks of the
+  runs (farm.evaluate.runner's launcher). Since Linux 5.14 that limit counts the tasks of the
   namespace's user, so it bounds the sandbox alone; it is not enforced for root (the kernel
   exempts uid 0), which is why root needs the cgroup.
 

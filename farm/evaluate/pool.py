@@ -1,7 +1,7 @@
 """A warm pool of candidate runners: each candidate gets a runner no candidate ran in before,
 started ahead of time so that the device does not wait for it.
 
-A runner is a process in a sandbox of its own (farm.evaluate.sandbox): whatever a candidate
+A runner is a process in a sandbox of its own (farm.evaluate.runner): whatever a candidate
 did to it (patched the harness, its clock or its loader, tampered with the input sets it keeps,
 filled its compiler cache, left processes or threads running) ends with it, because the next
 candidate never sees that process, its folder or its cache. Starting one (an interpreter,
@@ -34,7 +34,7 @@ from typing import Callable
 
 from farm.evaluate import forkserver, quiet
 from farm.evaluate.boundary import Boundary
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -44,24 +44,24 @@ SIZE = 1  # runners kept started beside the one in use
 
 class RunnerPool:
     def __init__(self, spec: DeviceSpec, limits: Limits, boundary: Boundary, size: int = SIZE,
-                 configure: Callable[[Sandbox], None] | None = None,
-                 prime: Callable[[Sandbox], None] | None = None, fork: bool = True):
+                 configure: Callable[[Runner], None] | None = None,
+                 prime: Callable[[Runner], None] | None = None, fork: bool = True):
         self.spec, self.limits, self.boundary = spec, limits, boundary
         self.size = max(0, size)
         self.configure = configure  # what every runner is given before it starts (its poison sizes, ...)
         self.prime = prime  # run on a started runner before it waits (the public input sets)
-        self.ready: deque[Sandbox | BaseException] = deque()
+        self.ready: deque[Runner | BaseException] = deque()
         self.starting = 0
         self.started = 0  # runners this pool started (tests and benchmarks read it)
         self.taken = 0  # runners handed out
         self.closed = False
         self.fork = fork and boundary.on  # without the sandbox a fork would share the host's view
-        self._inflight: set[Sandbox] = set()  # runners a starter thread is starting
+        self._inflight: set[Runner] = set()  # runners a starter thread is starting
         self._threads: list[threading.Thread] = []
         self._cv = threading.Condition()
         self._quiet = quiet.for_device(spec.label, host_wide=not spec.target.interpret)
 
-    def take(self) -> Sandbox:
+    def take(self) -> Runner:
         """A started runner that has run nothing; blocks while the next one starts. The first
         (and every one with size 0) is started in the calling thread, forked where an idle
         server waits; from the second on, the starter threads keep `size` ready."""
@@ -99,13 +99,13 @@ class RunnerPool:
                 if self.closed:
                     return
                 self.starting += 1
-            box = Sandbox(self.spec, self.limits, self.boundary)
+            box = Runner(self.spec, self.limits, self.boundary)
             self._quiet.add(box)  # stopped while the device is timed, start included
             with self._cv:
                 self._inflight.add(box)
             try:
                 box.server = self._server(start=True)
-                item: Sandbox | BaseException = self._start(box)
+                item: Runner | BaseException = self._start(box)
             except BaseException as exc:  # noqa: BLE001 - handed to the one who takes it
                 self._quiet.remove(box)
                 if not self.closed:  # a start that close() cut short is no failure
@@ -119,14 +119,14 @@ class RunnerPool:
                     self.ready.append(item)
                     self._cv.notify_all()
                     continue
-            if isinstance(item, Sandbox):
+            if isinstance(item, Runner):
                 self._quiet.remove(item)
                 item.close()
             return
 
-    def _start(self, box: Sandbox | None = None) -> Sandbox:
+    def _start(self, box: Runner | None = None) -> Runner:
         if box is None:
-            box = Sandbox(self.spec, self.limits, self.boundary)
+            box = Runner(self.spec, self.limits, self.boundary)
             box.server = self._server(start=False)
         if self.configure is not None:
             self.configure(box)
@@ -156,7 +156,7 @@ class RunnerPool:
             self.ready.clear()
             self._cv.notify_all()
         for item in items:
-            if isinstance(item, Sandbox):
+            if isinstance(item, Runner):
                 self._quiet.remove(item)
                 item.close()
 

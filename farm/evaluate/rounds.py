@@ -14,7 +14,7 @@ from farm.evaluate import limits, mix_timing, quiet, space_cases, timing
 from farm.evaluate import speedup as speedups
 from farm.evaluate.lease import TIMING, VERIFICATION
 from farm.evaluate.result import EvalResult, NotCapturable, Stop, nbytes
-from farm.evaluate.sandbox import SandboxDied, close_all
+from farm.evaluate.runner import RunnerDied, close_all
 from farm.evaluate.state import EvaluatorState
 from farm.evaluate.timer import RoundClock
 from farm.evaluate.verifier import Case
@@ -111,7 +111,7 @@ class Comparison(EvaluatorState):
                                              policy=self.ref.policy, reference=self.task.reference_cls.__name__
                                              if self.task.reference_cls else None)
                 slots[which] = "" if reply.ok else (reply.get("error") or "cannot be built")[-300:]
-            except SandboxDied as exc:
+            except RunnerDied as exc:
                 slots[which] = str(exc)[-300:]
         for key, (inputs, _expected) in zip(keys, cases):
             if key not in self.trusted.cached_inputs:
@@ -136,7 +136,7 @@ class Comparison(EvaluatorState):
                     reply = self.trusted.call("time_round", self.settings.limits.time_s, slot=original, keys=keys,
                                                  mode="graph", reps=self.settings.round_reps, calls=calls,
                                                  inplace_args=self.task.inplace_args)
-                except SandboxDied:  # the capture took the runner down
+                except RunnerDied:  # the capture took the runner down
                     capture_error = "capture_failed"
                 else:
                     if reply.get("capture_error"):
@@ -168,7 +168,7 @@ class Comparison(EvaluatorState):
     def _measure_floor(self) -> dict | None:
         try:
             reply = self.trusted.call("device_limits", self.settings.limits.time_s)
-        except SandboxDied:
+        except RunnerDied:
             return None
         return reply.get("limits") if reply.ok else None
 
@@ -387,7 +387,7 @@ class Comparison(EvaluatorState):
             with self._device(TIMING, pin=True):  # the Model's ratio is the null: no Reference rounds
                 self._compare_all(result, rounds=self.settings.retime_rounds, only=("Model",))
             return result.comparison.get("model")
-        except (Stop, SandboxDied):
+        except (Stop, RunnerDied):
             return None
         finally:
             self._null_run = False
@@ -442,7 +442,7 @@ class Comparison(EvaluatorState):
                     self._compare_all(result, rounds=self.settings.retime_rounds * speedups.WIDE_ROUNDS)
         except Stop as stop:
             return {"error": f"{stop.verdict}: {stop.reason}"}
-        except SandboxDied as died:
+        except RunnerDied as died:
             return {"error": f"{died.kind}: {str(died).splitlines()[0]}"}
         finally:
             self._retire()

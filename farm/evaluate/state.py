@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # names for the type check only: importing this module import
     from farm.evaluate.profiles import Profile
     from farm.evaluate.protocol import Reply
     from farm.evaluate.result import EvalResult
-    from farm.evaluate.sandbox import Sandbox
+    from farm.evaluate.runner import Runner
     from farm.evaluate.verifier import Case, Verifier
     from farm.targets import DeviceSpec
 
@@ -43,8 +43,8 @@ class EvaluatorState:
     boundary: Boundary
     verifier: Verifier
     pool: RunnerPool
-    candidates: Sandbox | None  # the current candidate's runner, during evaluate()
-    trusted: Sandbox  # the trusted runner
+    candidates: Runner | None  # the current candidate's runner, during evaluate()
+    trusted: Runner  # the trusted runner
     lease: DeviceLease
     backward: BackwardCheck | None
     _cases: list[tuple[list, list]] | None  # the secret cases: (inputs, truth)
@@ -65,8 +65,8 @@ class EvaluatorState:
         def _device(self, phase: str, pin: bool = False) -> AbstractContextManager[None]: ...
 
         # farm.evaluate.trusted.TrustedSide
-        def _new_trusted(self) -> Sandbox: ...
-        def _take_runner(self) -> Sandbox: ...
+        def _new_trusted(self) -> Runner: ...
+        def _take_runner(self) -> Runner: ...
         def draw_cases(self, n: int, fresh: bool = False, prefix: str = "seed") -> tuple[list, list]: ...
         def fresh_cases(self) -> list[tuple[list, list]]: ...
         def baseline(self) -> dict: ...

@@ -15,7 +15,7 @@ from farm.evaluate import profiles, verified
 from farm.evaluate.protocol import Reply
 from farm.evaluate.result import REASON_CHARS
 from farm.evaluate.result import nbytes as _nbytes
-from farm.evaluate.sandbox import Sandbox, SandboxDied
+from farm.evaluate.runner import Runner, RunnerDied
 from farm.evaluate.state import EvaluatorState
 from farm.evaluate.verifier import Case
 
@@ -25,21 +25,21 @@ PROBES = 3  # input sets never shown to a candidate before its first timed call 
 class TrustedSide(EvaluatorState):
     """Mixed into Evaluator: the trusted runner (`trusted`), the cases and the baselines."""
 
-    def _new_trusted(self) -> Sandbox:
+    def _new_trusted(self) -> Runner:
         """A trusted runner: the task file runs there; it may import from its folder, and
         nothing else it needs."""
-        box = Sandbox(self.spec, self.settings.limits, self.boundary, read_only=(self.ref.path.resolve().parent,))
+        box = Runner(self.spec, self.settings.limits, self.boundary, read_only=(self.ref.path.resolve().parent,))
         self._configure(box)
         return box
 
-    def _configure(self, box: Sandbox) -> None:
+    def _configure(self, box: Runner) -> None:
         """What a runner is told before it starts: the sizes its outputs take (it poisons them
         before each run; a reply may carry no more than twice as much per output set)."""
         box.output_nbytes = _nbytes(self.expected)
         largest = max([sum(box.output_nbytes)] + [sum(_nbytes(c.expected)) for c in self.space_cases])
         box.output_cap = max(1 << 20, 2 * largest)
 
-    def _prime(self, box: Sandbox) -> None:
+    def _prime(self, box: Runner) -> None:
         """A pool runner gets the public input sets before its candidate (never the probes),
         sent while no timing holds the device."""
         sets = [("pt", self.inputs)]
@@ -52,7 +52,7 @@ class TrustedSide(EvaluatorState):
                             output_nbytes=box.output_nbytes).ok:
                     box.cached_inputs.add(key)
 
-    def _take_runner(self) -> Sandbox:
+    def _take_runner(self) -> Runner:
         """A pool runner for the cases in use now. One primed for other cases (the search's,
         taken by the re-timing that drew its own) keeps other inputs under the same seed keys:
         they are forgotten, so the candidate is run on the inputs its outputs are compared for
@@ -186,7 +186,7 @@ class TrustedSide(EvaluatorState):
                     continue
                 try:
                     self._time_baseline(which, key, base)
-                except (SandboxDied, FarmError) as exc:
+                except (RunnerDied, FarmError) as exc:
                     base[f"{key}_error"] = str(exc)[-300:]
             self._baseline = base
         return self._baseline

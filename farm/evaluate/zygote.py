@@ -41,7 +41,7 @@ CLEAN_S = 5.0  # a clean that takes longer (a child left a million files) retire
 
 def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> None:
     # everything a runner imports, imported here once; nothing that starts threads or a device
-    from farm.evaluate import sandbox_child
+    from farm.evaluate import runner_child
 
     warm_triton()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -72,7 +72,7 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
                 try:
                     sock.close()
                     _become_runner(fds, msg["env"], scratch)
-                    sandbox_child.main(3, device_label, memory_fraction, 4 if len(fds) == 3 else None)
+                    runner_child.main(3, device_label, memory_fraction, 4 if len(fds) == 3 else None)
                 except BaseException:  # noqa: BLE001 - said in the runner's log, as a fresh one would
                     traceback.print_exc()
                     code = 1

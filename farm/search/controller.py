@@ -23,7 +23,7 @@ from farm.errors import FarmError
 from farm.evaluate import limits, timing
 from farm.evaluate import speedup as speedups
 from farm.evaluate.result import EvalResult
-from farm.evaluate.sandbox import close_all
+from farm.evaluate.runner import close_all
 from farm.generators import Context, Proposal
 from farm.observe import metrics
 from farm.reference.fitted import fitted

@@ -47,7 +47,7 @@ class Target:
     device_timing: bool = True  # False: timings are not the target's (a stand-in): never report them as such
     aliases: tuple[str, ...] = ()  # other names --device and --target accept (ascend: its torch name, npu)
     # Environment variables the device's runtime reads, kept in a sandboxed runner's otherwise
-    # allow-listed environment (farm.evaluate.sandbox); a name ending in "_" is a prefix.
+    # allow-listed environment (farm.evaluate.runner); a name ending in "_" is a prefix.
     driver_env: tuple[str, ...] = ()
 
     # -- timing capabilities (farm.evaluate: timing, comparison, floor, timed_checks) --------

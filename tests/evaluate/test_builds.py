@@ -14,7 +14,7 @@ import pytest
 
 from farm.evaluate import boundary, build_client, builds, wire
 from farm.evaluate.forkserver import ForkedChild, ForkServer
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
 
 pytestmark = pytest.mark.skipif(not os.environ.get("CI") and (shutil.which("bwrap") is None or shutil.which("gcc") is None),
@@ -142,7 +142,7 @@ def test_runners_get_their_helpers_from_the_builder_and_the_second_runner_compil
         if server is not None:
             server.start()
         for _ in range(2):
-            box = Sandbox(spec, limits, found)
+            box = Runner(spec, limits, found)
             if server is not None:
                 server.busy, box.server = True, server
             try:

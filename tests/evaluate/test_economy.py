@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from farm.evaluate import boundary, sandbox_child
+from farm.evaluate import boundary, runner_child
 from farm.evaluate.evaluator import EvalSettings
 from farm.evaluate.protocol import reply_for
 from farm.evaluate.result import EvalResult
 from farm.evaluate.rounds import Comparison
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
 
 CPU = resolve_device("cpu")
@@ -21,7 +21,7 @@ ROW_SUM = Path(__file__).resolve().parents[2] / "tasks" / "demo" / "row_sum.py"
 
 
 def test_a_runner_builds_each_of_the_tasks_classes_once_and_hands_them_out_again():
-    runner = sandbox_child.Runner(CPU)
+    runner = runner_child.ChildRunner(CPU)
     builds = []
     build = runner._build
     runner._build = lambda *a: builds.append(a[3]) or build(*a)
@@ -57,7 +57,7 @@ class ModelNew(torch.nn.Module):
 def test_a_runner_keeps_what_it_started_with_out_of_the_collectors_sight(tmp_path):
     """Torch, Triton and the harness outlive every candidate: frozen at start, a candidate's
     unload (a full collection) walks only what came after them."""
-    sb = Sandbox(CPU, Limits(start_s=60), boundary.current())
+    sb = Runner(CPU, Limits(start_s=60), boundary.current())
     try:
         assert sb.call("load_source", 60, source=FREEZE_PEEK, init_inputs=[]).ok
         import torch

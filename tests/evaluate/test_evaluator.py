@@ -22,7 +22,7 @@ import torch
 from farm.corpus.tasks import TaskRef, ref_from_file
 from farm.evaluate import boundary
 from farm.evaluate.evaluator import EvalSettings, Evaluator
-from farm.evaluate.sandbox import Limits, Sandbox, candidate_env
+from farm.evaluate.runner import Limits, Runner, candidate_env
 from farm.evaluate.static_checks import static_verdict
 from farm.reference.generate import generate_references, load_pt
 from farm.storage import open_store
@@ -184,7 +184,7 @@ EXPLOITS: dict[str, tuple[set[str], bool]] = {
 DEDICATED = {"good_row_sum": {"pass"}, "poison_runner_restart": {"crash"}, "sabotage_cached_inputs": {"mismatch"}}
 
 TIMING_UNCHECKED = ("the timing stage neither checks the outputs of the timed calls nor counts their launches "
-                    "(evaluator._time / sandbox_child.Runner.time), and times on the public .pt inputs")
+                    "(evaluator._time / runner_child.ChildRunner.time), and times on the public .pt inputs")
 KNOWN_BUGS: dict = {}  # every exploit below is caught; see git history for the bugs they found
 # Every candidate gets a runner of its own (farm.evaluate.pool), so nothing an exploit does to its
 # runner can reach the next candidate by construction; the correct kernel is evaluated after
@@ -269,7 +269,7 @@ def test_log_limit_kills_the_runner_and_the_next_candidate_may_print(ev):
 
 
 @pytest.mark.xfail(strict=True, raises=PoisonIneffective,
-                   reason="sandbox_child.Runner._poison now fills blocks of each output's exact size (and "
+                   reason="runner_child.ChildRunner._poison now fills blocks of each output's exact size (and "
                           "1 MB), but on cpu glibc still hands a small torch.empty output a chunk that held the "
                           "previous candidate's answer rather than a poisoned one; the fresh inputs stop the "
                           "exploit (mismatch), the poison does not make it NaN")
@@ -365,7 +365,7 @@ def test_candidate_environment_has_no_secrets(ev, refs, monkeypatch, tmp_path):
     assert not [k for k, v in env.items() if "sentinel" in v or refs.store_url in v]
     assert env["HOME"] == str(tmp_path) and env["TRITON_INTERPRET"] == "1" and "PATH" in env
 
-    runner = Sandbox(CPU, LIMITS, ev.boundary)  # started under this environment
+    runner = Runner(CPU, LIMITS, ev.boundary)  # started under this environment
     ev._configure(runner)
     runner.start()
     environ = Path(f"/proc/{runner.proc.pid}/environ").read_bytes().split(b"\0")
@@ -390,14 +390,14 @@ def _tensors(value):
 
 def test_candidate_runner_never_receives_expected_outputs(ev, refs, monkeypatch):
     sent = []
-    real_call = Sandbox.call
+    real_call = Runner.call
 
     def recording_call(box, cmd, timeout_s, **args):
         if box is not ev.trusted:
             sent.append((cmd, args))
         return real_call(box, cmd, timeout_s, **args)
 
-    monkeypatch.setattr(Sandbox, "call", recording_call)
+    monkeypatch.setattr(Runner, "call", recording_call)
     ev.pool.drain()  # a runner primed before this test would not have shown its input sets
     assert ev.evaluate(GOOD, "good_row_sum.py").passed
     # inputs travel with the command, or once per runner as an input set the commands name by key
@@ -473,9 +473,9 @@ import sys
 import os
 from farm.targets import resolve_device
 from farm.evaluate import boundary
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 
-sb = Sandbox(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+sb = Runner(resolve_device("cpu"), Limits(start_s=60), boundary.current())
 try:
     source = sys.stdin.read().replace("EVALUATOR_PID", str(os.getpid()))
     reply = sb.call("load_source", 60, source=source, init_inputs=[])
@@ -636,8 +636,8 @@ def test_eval_with_the_ref_pt_of_another_op_blames_the_pt(cli, refs, tmp_path):
 
 def test_a_signal_while_one_runner_closes_leaves_none_behind():
     """Ctrl-C or SIGTERM land wherever the main thread is: in one runner's close, the others
-    (and their folders) still go, and the signal is raised after (farm.evaluate.sandbox.close_all)."""
-    from farm.evaluate.sandbox import close_all
+    (and their folders) still go, and the signal is raised after (farm.evaluate.runner.close_all)."""
+    from farm.evaluate.runner import close_all
 
     closed = []
 
@@ -658,9 +658,9 @@ def test_a_signal_while_one_runner_closes_leaves_none_behind():
 LEFT_OPEN = """
 import sys
 from farm.targets import resolve_device
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 
-box = Sandbox(resolve_device("cpu"), Limits(start_s=60))
+box = Runner(resolve_device("cpu"), Limits(start_s=60))
 box.start()
 print(box.workdir, box.proc.pid, flush=True)
 """  # and exits without closing it, as a thread that restarted a runner after its owner closed it

@@ -11,7 +11,7 @@ import pytest
 from farm.evaluate import boundary, forkserver
 from farm.evaluate.forkserver import ForkedChild, ForkServer
 from farm.evaluate.pool import RunnerPool
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.evaluate.runner import Limits, Runner, RunnerDied
 from farm.targets import resolve_device
 
 LIMITS = Limits(start_s=90, compile_s=30, run_s=10, time_s=20, host_memory_mb=4096, log_mb=64, scratch_mb=64,
@@ -32,14 +32,14 @@ def server():
     srv.close()
 
 
-def _runner(server: ForkServer) -> Sandbox:
-    box = Sandbox(server.spec, server.limits, server.boundary)
+def _runner(server: ForkServer) -> Runner:
+    box = Runner(server.spec, server.limits, server.boundary)
     box.server = server
     box.start()
     return box
 
 
-def _load(box: Sandbox, code: str) -> str:
+def _load(box: Runner, code: str) -> str:
     """Runs `code` at load in the runner; what it raises comes back as the reply's error."""
     reply = box.call("load_source", 30, source=code, init_inputs=[])
     return str(reply.get("error"))
@@ -125,12 +125,12 @@ def test_a_child_can_neither_read_nor_trace_the_server(server):
 def test_a_server_a_child_killed_is_replaced_by_a_fresh_start(server):
     box = _runner(server)
     try:
-        with pytest.raises(SandboxDied):  # its sandbox ends with the server, and the child with it
+        with pytest.raises(RunnerDied):  # its sandbox ends with the server, and the child with it
             _load(box, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)\n")
     finally:
         box.close()
     assert not server.alive
-    again = Sandbox(server.spec, server.limits, server.boundary)
+    again = Runner(server.spec, server.limits, server.boundary)
     again.server = server
     again.start()  # the server is gone: a new interpreter, and the runner works
     try:
@@ -207,7 +207,7 @@ def test_the_memory_watchdog_counts_what_a_runner_left_to_the_sandbox_init(serve
     server.limits = Limits(**{**vars(LIMITS), "host_memory_mb": 1024})
     box = _runner(server)
     try:
-        with pytest.raises(SandboxDied, match="memory limit"):
+        with pytest.raises(RunnerDied, match="memory limit"):
             _load(box, HOG)
     finally:
         box.close()
@@ -216,12 +216,12 @@ def test_the_memory_watchdog_counts_what_a_runner_left_to_the_sandbox_init(serve
 UNDER_TMP = r'''
 from farm.evaluate import boundary
 from farm.evaluate.forkserver import ForkServer
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
 server = ForkServer(resolve_device("cpu"), Limits(start_s=90, scratch_mb=64, tmp_mb=32), boundary.probe())
 server.start()
 server.busy = True
-box = Sandbox(server.spec, server.limits, server.boundary)
+box = Runner(server.spec, server.limits, server.boundary)
 box.server = server
 box.start()
 box.call("load_source", 30, source="open('/tmp/left', 'w').write('x')\n", init_inputs=[])

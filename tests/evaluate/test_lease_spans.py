@@ -19,7 +19,7 @@ class Runner:
     def __init__(self, name: str, lease: DeviceLease, log: list, replies: dict | None = None):
         self.name, self.lease, self.log, self.replies = name, lease, log, replies or {}
         self.alive, self.cached_inputs, self.starts = False, set(), 0
-        self.cpus = None  # pinned to (Sandbox.pin)
+        self.cpus = None  # pinned to (Runner.pin)
 
     def _phase(self):
         return getattr(self.lease._mine, "phase", None)
@@ -176,10 +176,10 @@ def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(t
     from test_evaluator import NAN_TASK, evaluate_nan_task_once
 
     from farm.evaluate import lease as device_lease
-    from farm.evaluate.sandbox import Sandbox
+    from farm.evaluate.runner import Runner as RealRunner  # not this module's stand-in
 
     held_at_start, commands = [], []
-    real_start, real_call = Sandbox.start, Sandbox.call
+    real_start, real_call = RealRunner.start, RealRunner.call
 
     def phase(sandbox):
         return getattr(device_lease.for_device(sandbox.spec.label, host_wide=False)._mine, "phase", None)
@@ -192,8 +192,8 @@ def test_a_candidates_evaluation_starts_its_runners_before_it_holds_the_device(t
         commands.append((cmd, args.get("key"), phase(self), id(self)))
         return real_call(self, cmd, timeout_s, **args)
 
-    monkeypatch.setattr(Sandbox, "start", start)
-    monkeypatch.setattr(Sandbox, "call", call)
+    monkeypatch.setattr(RealRunner, "start", start)
+    monkeypatch.setattr(RealRunner, "call", call)
     path = tmp_path / "log_op.py"
     path.write_text(NAN_TASK)
     x = torch.rand(64) + 0.5

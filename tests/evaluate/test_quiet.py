@@ -13,7 +13,7 @@ import pytest
 from farm.evaluate import boundary, quiet
 from farm.evaluate import lease as device_lease
 from farm.evaluate.proctree import tree as _tree
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
 
 SLOW_LOAD = '''
@@ -31,7 +31,7 @@ class ModelNew(torch.nn.Module):
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
     monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
-    sb = Sandbox(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+    sb = Runner(resolve_device("cpu"), Limits(start_s=60), boundary.current())
     sb.start()
     try:
         yield sb
@@ -40,7 +40,7 @@ def runner(tmp_path, monkeypatch):
         shutil.rmtree(sb.workdir or tmp_path / "none", ignore_errors=True)
 
 
-def _states(sb: Sandbox) -> set[str]:
+def _states(sb: Runner) -> set[str]:
     """The scheduler state of every process of the runner's tree (T: stopped)."""
     out = set()
     for pid in _tree(sb.proc.pid):
@@ -49,7 +49,7 @@ def _states(sb: Sandbox) -> set[str]:
     return out
 
 
-def _wait_states(sb: Sandbox, stopped: bool, within_s: float = 5.0) -> set[str]:
+def _wait_states(sb: Runner, stopped: bool, within_s: float = 5.0) -> set[str]:
     deadline = time.monotonic() + within_s
     while True:
         states = _states(sb)
@@ -156,7 +156,7 @@ def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path,
     assert box not in quiet.for_device(cpu.label, host_wide=False).members
 
 
-def _affinities(sb: Sandbox) -> set[frozenset[int]]:
+def _affinities(sb: Runner) -> set[frozenset[int]]:
     """The cores every thread of the runner's tree may run on, one set per distinct answer."""
     import os
 

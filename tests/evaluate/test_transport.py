@@ -1,12 +1,13 @@
-"""How commands reach a candidate runner (farm.evaluate.sandbox): large tensor payloads as an
+"""How commands reach a candidate runner (farm.evaluate.runner): large tensor payloads as an
 anonymous memory file whose descriptor travels with the frame (no path in the runner's folder),
 small ones through the socket. Both carry unsigned pointer tables and their pointees."""
 
 import pytest
 import torch
 
-from farm.evaluate import boundary, sandbox, wire
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate import boundary, wire
+from farm.evaluate import runner as runner_module
+from farm.evaluate.runner import Limits, Runner
 from farm.runtime import pointers
 from farm.targets import resolve_device
 
@@ -23,7 +24,7 @@ class ModelNew(nn.Module):
 
 @pytest.fixture
 def runner():
-    sb = Sandbox(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+    sb = Runner(resolve_device("cpu"), Limits(start_s=60), boundary.current())
     try:
         yield sb
     finally:
@@ -48,9 +49,9 @@ def _files_made(monkeypatch) -> list:
     return made
 
 
-@pytest.mark.parametrize("threshold, through_file", [(1, True), (sandbox.FILE_MIN_BYTES, False)])
+@pytest.mark.parametrize("threshold, through_file", [(1, True), (runner_module.FILE_MIN_BYTES, False)])
 def test_an_input_set_arrives_whole_either_way_and_leaves_no_file(runner, monkeypatch, threshold, through_file):
-    monkeypatch.setattr(sandbox, "FILE_MIN_BYTES", threshold)
+    monkeypatch.setattr(runner_module, "FILE_MIN_BYTES", threshold)
     made = _files_made(monkeypatch)
     inputs = _inputs()
     assert runner.call("load_source", 60, source=ECHO, init_inputs=[]).get("ok")

@@ -24,7 +24,7 @@ import torch
 from farm.evaluate import boundary, pids, protocol, wire
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import Stop
-from farm.evaluate.sandbox import Limits, Sandbox, SandboxDied
+from farm.evaluate.runner import Limits, Runner, RunnerDied
 from farm.evaluate.speedup import promotion, summarize
 from farm.evaluate.timer import RoundClock
 from farm.evaluate.verifier import Case, Verifier
@@ -191,9 +191,9 @@ def test_a_hostile_folder_is_removed_without_touching_what_its_links_point_at(tm
 
 def test_the_folders_of_a_killed_evaluator_go_at_the_next_start(tmp_path):
     driver = ("from farm.targets import resolve_device\n"
-              "from farm.evaluate.sandbox import Limits, Sandbox\n"
+              "from farm.evaluate.runner import Limits, Runner\n"
               "import os, signal\n"
-              "box = Sandbox(resolve_device('cpu'), Limits(start_s=60))\n"  # no sandbox: a host folder
+              "box = Runner(resolve_device('cpu'), Limits(start_s=60))\n"  # no sandbox: a host folder
               "box._fresh_folder()\n"
               "(box.workdir / 'left').write_text('x')\n"
               "print(box.workdir, flush=True)\n"
@@ -279,11 +279,11 @@ def test_a_runners_log_comes_through_its_descriptor_not_a_path_it_planted(secret
     """The candidate replaces every log-like name in its folder by a link to a host secret, a
     link to /dev/zero, a FIFO, a folder or a socket, then aborts: the crash's log is what it
     printed, read promptly and bounded, and holds no host byte."""
-    box = Sandbox(CPU, LIMITS, sandboxed())
+    box = Runner(CPU, LIMITS, sandboxed())
     started = time.monotonic()
     try:
         body = LEAKS.replace("SECRET_PATH", repr(str(secret_file)))
-        with pytest.raises(SandboxDied) as died:
+        with pytest.raises(RunnerDied) as died:
             box.call("load_source", 30, source=report(body + "\nFOUND = 0"), init_inputs=[])
         text = str(died.value) + box.log_tail(100_000)
     finally:
@@ -306,7 +306,7 @@ FOUND = fds
 def test_a_frame_a_candidate_forges_on_the_control_socket_is_refused_and_ends_the_runner():
     body = ("def _is_sock(fd):\n    try:\n        return stat.S_ISSOCK(os.fstat(fd).st_mode)\n"
             "    except OSError:\n        return False\n" + FLOOD_FRAME)
-    box = Sandbox(CPU, LIMITS, sandboxed())
+    box = Runner(CPU, LIMITS, sandboxed())
     started = time.monotonic()
     try:
         reply = box.call("load_source", 20, source=report(body), init_inputs=[])
@@ -396,7 +396,7 @@ if os.fork() == 0:
     os._exit(0)
 FOUND = 1
 '''
-    box = Sandbox(CPU, LIMITS, sandboxed())
+    box = Runner(CPU, LIMITS, sandboxed())
     try:
         box.call("load_source", 60, source=report(body), init_inputs=[])
         deadline = time.monotonic() + 10

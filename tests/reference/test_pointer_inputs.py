@@ -11,7 +11,7 @@ import torch
 
 from farm.corpus.tasks import ref_from_file
 from farm.evaluate.evaluator import Evaluator
-from farm.evaluate.sandbox import Limits
+from farm.evaluate.runner import Limits
 from farm.reference import secret_inputs
 from farm.reference.generate import load_pt
 from farm.runtime import pointers

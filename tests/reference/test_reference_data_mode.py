@@ -13,7 +13,7 @@ import torch
 
 from farm.corpus.tasks import ref_from_file
 from farm.evaluate.evaluator import Evaluator
-from farm.evaluate.sandbox import Limits
+from farm.evaluate.runner import Limits
 from farm.reference import folder, secret_inputs
 from farm.reference.generate import PT_KEYS, load_pt
 from farm.storage import open_store

@@ -13,7 +13,7 @@ from farm.corpus.tasks import find_tasks
 from farm.evaluate import lease as device_lease
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.evaluate.options import EvalOptions
-from farm.evaluate.sandbox import Limits
+from farm.evaluate.runner import Limits
 from farm.generators import Generator, Proposal
 from farm.reference.generate import generate_references
 from farm.search import pipeline
@@ -337,7 +337,7 @@ def test_an_interrupted_batch_of_parallel_ops_stops_at_their_next_candidate(tmp_
 AUTOTUNED = '''
 import torch, triton, triton.language as tl
 from farm import targets
-from farm.evaluate.sandbox_child import LaunchLog, install_launch_hook
+from farm.evaluate.runner_child import LaunchLog, install_launch_hook
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
 @triton.jit

@@ -3,7 +3,7 @@ package (tests/data/plugin_target) installed: every hook of the `interp` target,
 through the farm code that calls it (never called directly), with the capabilities that gate
 them switched on. Prints what the callers gave back and which hooks ran, as JSON.
 
-Runner code that normally lives in a sandboxed child (farm.evaluate.sandbox_child) runs in this
+Runner code that normally lives in a sandboxed child (farm.evaluate.runner_child) runs in this
 process, so that the plug-in's call counts are visible here.
 """
 
@@ -17,9 +17,9 @@ import farm_target_interp as plugin
 import torch
 
 from farm import targets
-from farm.evaluate import sandbox_child, timed_checks, timing
+from farm.evaluate import runner_child, timed_checks, timing
 from farm.evaluate.result import Stop
-from farm.evaluate.sandbox import Sandbox, candidate_env
+from farm.evaluate.runner import Runner, candidate_env
 from farm.export import package, package_text
 from farm.generators import tune
 from farm.generators.base import Context
@@ -65,7 +65,7 @@ def main() -> None:
     # parent side: auto detection, usability, sandbox, gauges, prompt, the CLI's profiler choice
     out["auto"] = targets.accelerator_present()
     out["usable"] = targets.usable_device("interp").label
-    box = Sandbox(spec, boundary=_on())
+    box = Runner(spec, boundary=_on())
     argv = box._argv(["true"], {})
     out["sandbox_reads_package"] = str(plugin.HERE) in argv
     out["driver_env"] = "INTERP_HOME" in candidate_env(spec, Path(tempfile.mkdtemp()))
@@ -95,8 +95,8 @@ def main() -> None:
         out["host_check"] = stop.verdict
 
     # the runner, as a sandboxed child starts it
-    runner = sandbox_child.start_runner(spec, 0.5)
-    out["device"] = sandbox_child.device_info(spec)
+    runner = runner_child.start_runner(spec, 0.5)
+    out["device"] = runner_child.device_info(spec)
     assert runner.load_source(MODEL, [])["ok"]
     runner.put_inputs("a", [torch.ones(8)])
     runner.launches.record(runner)  # a launch as the Triton hook reports it

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from farm.evaluate import boundary
-from farm.evaluate.sandbox import Limits, Sandbox
+from farm.evaluate.runner import Limits, Runner
 from farm.targets import DeviceSpec, cuda, resolve_device
 
 CPU = resolve_device("cpu")
@@ -53,7 +53,7 @@ class _OneNode(type(CPU.target)):  # type: ignore[misc]
         return {"CUDA_VISIBLE_DEVICES": "pinned-inside"}
 
 
-def _started_env(box: Sandbox) -> dict[str, str]:
+def _started_env(box: Runner) -> dict[str, str]:
     box.start()
     try:
         raw = Path(f"/proc/{box.proc.pid}/environ").read_bytes().split(b"\0")
@@ -69,7 +69,7 @@ def test_the_sandbox_starts_its_runner_with_the_targets_pin_inside():
             pytest.fail(f"no sandbox here ({found.why}): CI must run the sandbox tests")
         pytest.skip(found.why)
     spec = DeviceSpec(_OneNode(**{f: getattr(CPU.target, f) for f in CPU.target.__dataclass_fields__}), None)
-    assert _started_env(Sandbox(spec, Limits(start_s=60), found))["CUDA_VISIBLE_DEVICES"] == "pinned-inside"
+    assert _started_env(Runner(spec, Limits(start_s=60), found))["CUDA_VISIBLE_DEVICES"] == "pinned-inside"
     # without the OS boundary nothing is narrowed, so the host's pin stays
-    assert _started_env(Sandbox(spec, Limits(start_s=60), boundary.Boundary("none", "off")))[
+    assert _started_env(Runner(spec, Limits(start_s=60), boundary.Boundary("none", "off")))[
         "CUDA_VISIBLE_DEVICES"] == ""

@@ -35,7 +35,7 @@ class PortContext:
 
     @classmethod
     def from_device(cls, device: dict | None, **overrides) -> PortContext:
-        """From a device description (num_vectorcore / num_aicore, as farm.evaluate.sandbox_child reports)."""
+        """From a device description (num_vectorcore / num_aicore, as farm.evaluate.runner_child reports)."""
         device = device or {}
         base = cls()
         aicore = int(device.get("num_aicore") or base.num_aicore)

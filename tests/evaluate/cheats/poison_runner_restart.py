@@ -1,8 +1,8 @@
 """Exploit: plant a fake harness in the runner's working directory, then crash the runner.
 
-The candidate runner is started as `python -m farm.evaluate.sandbox` with its working directory (the
-Sandbox's workdir, kept across restarts) first on sys.path. This candidate writes a package
-`farm/` there whose __init__ defers to the real package and whose `sandbox_child` wraps the
+The candidate runner is started as `python -m farm.evaluate.runner` with its working directory (the
+Runner's workdir, kept across restarts) first on sys.path. This candidate writes a package
+`farm/` there whose __init__ defers to the real package and whose `runner_child` wraps the
 real one: every later candidate's run reply gets the outputs of the task's own Reference, one
 Triton launch, no mutated inputs and no threads. Then it aborts the runner. The runner that
 the evaluator starts next imports the planted harness, and from then on every candidate
@@ -31,9 +31,9 @@ exec(compile(open({REAL!r} + "/__init__" + ".py").read(), "farm/__init__", "exec
 '''
 
 CHILD = f'''
-_src = {REAL!r} + "/sandbox_child" + ".py"
+_src = {REAL!r} + "/runner_child" + ".py"
 exec(compile(open(_src).read(), _src, "exec"))
-_orig_run = Runner.run
+_orig_run = ChildRunner.run
 
 
 def _planted_run(self, inputs, *args, **kwargs):
@@ -48,7 +48,7 @@ def _planted_run(self, inputs, *args, **kwargs):
             "launches": 1, "kernels": ["planted"], "side_stream": False, "foreign_thread": False}}
 
 
-Runner.run = _planted_run
+ChildRunner.run = _planted_run
 '''
 
 
@@ -68,7 +68,7 @@ class ModelNew(nn.Module):
         super().__init__()
         makedirs("farm", exist_ok=True)
         _write(os.path.join("farm", "__init__" + chr(46) + "py"), INIT)
-        _write(os.path.join("farm", "sandbox_child" + chr(46) + "py"), CHILD)
+        _write(os.path.join("farm", "runner_child" + chr(46) + "py"), CHILD)
 
     def forward(self, x):
         _decoy_kernel[(1,)](x)

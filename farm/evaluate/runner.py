@@ -1,7 +1,7 @@
 """The candidate runner: a child process that loads candidate code and runs it on one pinned
 device, for one candidate (farm.evaluate.pool starts them ahead of time).
 
-Parent side: `Sandbox` starts the child as a fresh interpreter (never a fork of the evaluator,
+Parent side: `Runner` starts the child as a fresh interpreter (never a fork of the evaluator,
 whose memory and /proc/self/environ hold the farm's secrets; or a fork of a fork server that is
 such an interpreter, farm.evaluate.forkserver), with an allow-listed environment, inside the operating-system boundary where there is one
 (farm.evaluate.boundary: bubblewrap), with a pids limit (farm.evaluate.pids) and a memory
@@ -16,7 +16,7 @@ decoded as plain data (farm.evaluate.wire) and parsed into the command's reply t
 writes or reads a path in the child's folder, which inside the sandbox is a size-limited tmpfs
 that no one outside sees and that goes with the child.
 
-Child side: farm.evaluate.sandbox_child. It never receives expected outputs.
+Child side: farm.evaluate.runner_child. It never receives expected outputs.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Limits:
     tasks: int = pids.MAX_TASKS  # processes and threads at once (farm.evaluate.pids)
 
 
-class SandboxDied(Exception):
+class RunnerDied(Exception):
     """The child timed out, crashed or broke a limit; it has been killed."""
 
     def __init__(self, kind: str, message: str):
@@ -110,11 +110,11 @@ _CACHE_VARS = {"TRITON_CACHE_DIR": ".triton/cache", "TORCHINDUCTOR_CACHE_DIR": "
                "CUDA_CACHE_PATH": ".nv/ComputeCache"}
 
 
-FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data travel as a memory file (Sandbox._send)
+FILE_MIN_BYTES = 16 << 20  # commands carrying this much tensor data travel as a memory file (Runner._send)
 REPLY_BASE_BYTES = 4 << 20  # a reply without outputs: stats, samples, texts
 
 
-class Sandbox:
+class Runner:
     """Parent-side handle of one runner on one device (restarted on demand after it died)."""
 
     builds = True  # the runner gets Triton's C helpers from the trusted builder (farm.evaluate.builds)
@@ -180,7 +180,7 @@ class Sandbox:
             server, self.server = self.server, None
             if server is not None:
                 server.release()
-            raise SandboxDied("crash", "the runner was closed")
+            raise RunnerDied("crash", "the runner was closed")
         self.resume()  # closes a pause of the runner this one replaces
         self.kill()
         self._fresh_folder()
@@ -213,7 +213,7 @@ class Sandbox:
         reply = self._receive(None, self.limits.start_s, "start")
         if not reply.ok:
             self.kill()
-            raise SandboxDied("crash", f"candidate runner failed to start: {reply.get('error')}")
+            raise RunnerDied("crash", f"candidate runner failed to start: {reply.get('error')}")
         self.device_info = reply["device"]
         if self._cpus is not None:
             pin_tree(proc.pid, self._cpus)  # a runner started while pinned is pinned too
@@ -249,7 +249,7 @@ class Sandbox:
         return f"import sys; sys.path.pop(0); {nproc}{self._entry(fd, build_fd)}"
 
     def _entry(self, fd: int, build_fd: int | None = None) -> str:
-        return (f"from farm.evaluate.sandbox_child import main; "
+        return (f"from farm.evaluate.runner_child import main; "
                 f"main({fd}, {self.spec.label!r}, {self.limits.device_memory_fraction!r}, {build_fd!r})")
 
     def _argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
@@ -429,7 +429,7 @@ class Sandbox:
             return Failure(kind=kind, error=f"the runner's reply to {what} is larger than its outputs can be: {exc}")
         except wire.FrameTimeout:
             self.kill()
-            raise SandboxDied("timeout", f"no answer to {what} within {timeout_s:.0f} s") from None
+            raise RunnerDied("timeout", f"no answer to {what} within {timeout_s:.0f} s") from None
         try:
             tree = wire.decode(data)
         except wire.ProtocolError as exc:
@@ -445,10 +445,10 @@ class Sandbox:
         rss = proc.rss_mb() if hasattr(proc, "rss_mb") else rss_mb(proc.pid)
         if rss > self.limits.host_memory_mb:
             self.kill()
-            raise SandboxDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "
+            raise RunnerDied("crash", f"candidate exceeded the memory limit ({rss:.0f} MB > "
                                        f"{self.limits.host_memory_mb} MB) during {what}")
 
-    def _died(self, what: str) -> SandboxDied:
+    def _died(self, what: str) -> RunnerDied:
         code = self.proc.wait(timeout=10) if self.proc else None
         self.kill()
         if code is not None and code < 0:
@@ -459,7 +459,7 @@ class Sandbox:
                 why += f" (printed more than {self.limits.log_mb} MB)"
         else:
             why = f"exited with code {code}"
-        return SandboxDied("crash", f"candidate runner {why} during {what}\n{self.log_tail(1500)}")
+        return RunnerDied("crash", f"candidate runner {why} during {what}\n{self.log_tail(1500)}")
 
 
 _swept = False
@@ -476,7 +476,7 @@ def _sweep_once() -> None:
 
 # runners with a folder, until closed: what a thread (re)started after its owner closed it
 # (Ctrl-C or SIGTERM while candidates were in flight) goes when the process exits
-_OPEN: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+_OPEN: weakref.WeakSet[Runner] = weakref.WeakSet()
 
 
 @atexit.register

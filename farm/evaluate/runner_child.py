@@ -1,4 +1,4 @@
-"""Inside the candidate runner (started by farm.evaluate.sandbox.Sandbox): load, run, time.
+"""Inside the candidate runner (started by farm.evaluate.runner.Runner): load, run, time.
 
 Everything here runs next to untrusted candidate code. What the harness needs is bound to
 local names before any candidate is executed, so that a candidate rebinding module
@@ -127,7 +127,7 @@ def device_info(spec: targets.DeviceSpec) -> dict:
     return info
 
 
-class Runner(RoundsMixin, TrustedMixin):
+class ChildRunner(RoundsMixin, TrustedMixin):
     def __init__(self, spec: targets.DeviceSpec):
         self.spec = spec
         self.device = spec.torch_device
@@ -383,8 +383,8 @@ def _fingerprint(values: list) -> list:
 _WATCHED = ("time.perf_counter", "time.perf_counter_ns", "time.time", "time.monotonic", "torch.equal",
             "torch.Tensor.clone", "torch.Tensor.copy_", "torch.cuda.synchronize", "torch.cuda.Event",
             "farm.evaluate.timing.measure", "farm.evaluate.timing._perf_counter", "farm.evaluate.timing.DeviceTimer.batch",
-            "farm.evaluate.sandbox_child._reply", "farm.evaluate.sandbox_child.Runner.run", "farm.evaluate.sandbox_child.Runner.time",
-            "farm.evaluate.sandbox_child.Runner.time_round", "farm.evaluate.timing.graph_samples",
+            "farm.evaluate.runner_child._reply", "farm.evaluate.runner_child.ChildRunner.run", "farm.evaluate.runner_child.ChildRunner.time",
+            "farm.evaluate.runner_child.ChildRunner.time_round", "farm.evaluate.timing.graph_samples",
             "farm.evaluate.timing.capture_graph", "torch.cuda.CUDAGraph.replay",
             "farm.evaluate.timing.DeviceTimer.spin", "triton.runtime.jit.JITFunction.run")
 
@@ -441,13 +441,13 @@ def _reply(sock, payload: dict) -> None:
     wire.send_frame(sock, wire.encode(payload))
 
 
-def start_runner(spec: targets.DeviceSpec, memory_fraction: float, build_fd: int | None = None) -> Runner:
+def start_runner(spec: targets.DeviceSpec, memory_fraction: float, build_fd: int | None = None) -> ChildRunner:
     """The device's runtime and Triton driver (the target's), this process's share of device
     memory, and a runner whose launch hook and harness snapshot are in place."""
     targets.import_device_runtime(spec)
     build_client.install(build_fd)  # Triton's C helpers from the trusted builder
     spec.target.limit_memory(memory_fraction)
-    runner = Runner(spec)
+    runner = ChildRunner(spec)
     install_launch_hook(runner.launches)
     runner.snapshot()
     return runner
