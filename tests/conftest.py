@@ -12,8 +12,15 @@ import pytest  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from farm.cli.main import app  # noqa: E402
+from tests import durations  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks it adds
+def pytest_collection_modifyitems(config, items):
+    """Longest first, a module's shared fixture made once (tests/durations.py)."""
+    durations.order(config, items)
 
 
 @pytest.fixture(autouse=True)
