@@ -211,10 +211,22 @@ def live_farm(tmp_path, redis_server, s3_server):  # noqa: F811
         prom.stop()
 
 
-def test_every_dashboard_and_rule_query_returns_data_from_a_live_farm(live_farm):
-    prom, farm, logs = live_farm["prom"], live_farm["farm"], live_farm["logs"]
-    _wait(lambda: all(" ready." in p.read_text(errors="replace") for p in logs.glob("*-cpu-*.log"))
-          and len(list(logs.glob("*-cpu-*.log"))) == 2, 90, "two ready workers")
+def test_a_live_farm_answers_every_query_and_keeps_its_counts_when_a_pool_process_dies(live_farm):
+    """One live farm (two workers, the exporter, Prometheus) for both halves: starting it and
+    making the demo's reference data is most of the time. First every dashboard and rule query
+    returns data and no alert expression holds on the healthy farm; then a pool process is killed,
+    Celery replaces it, its counts stay and its live gauges are reaped; the health check says up or
+    refused."""
+    prom, farm, logs, url = live_farm["prom"], live_farm["farm"], live_farm["logs"], live_farm["worker_url"]
+    _wait(lambda: len([p for p in logs.glob("*-cpu-*.log") if " ready." in p.read_text(errors="replace")]) == 2,
+          90, "two ready workers")
+    health = lambda port, *flags: subprocess.run([sys.executable, "-m", "farm.observe.health", "--port", str(port), *flags],  # noqa: E731
+                                                 capture_output=True, text=True, env=live_farm["env"])
+    ok = health(live_farm["worker_port"])
+    assert ok.returncode == 0 and "2 worker(s) up" in ok.stdout
+    assert health(live_farm["exporter_port"], "--exporter").returncode == 0
+    bad = health(free_port())
+    assert bad.returncode == 1 and "Connection refused" in bad.stderr
     # a budget far beyond what the test waits for: the run is still going when the queries run
     done = farm("submit", "--source", "demo", "--target", "cpu", "--reference-on", "cpu", "--max-tasks", "40",
                 "--run", "obs", "--flush", "clean")
@@ -261,21 +273,7 @@ def test_every_dashboard_and_rule_query_returns_data_from_a_live_farm(live_farm)
     state = store.read_json(f"runs/obs/demo/{searched}/state.json")
     assert status["spec"]["flush"] == "clean" and state["config"]["flush"] == "clean"
 
-
-def test_metrics_survive_a_killed_pool_process_and_the_health_check_says_so(live_farm):
-    logs, url = live_farm["logs"], live_farm["worker_url"]
-    _wait(lambda: len([p for p in logs.glob("*-cpu-*.log") if " ready." in p.read_text(errors="replace")]) == 2,
-          90, "two ready workers")
-    health = lambda port, *flags: subprocess.run([sys.executable, "-m", "farm.observe.health", "--port", str(port), *flags],  # noqa: E731
-                                                 capture_output=True, text=True, env=live_farm["env"])
-    ok = health(live_farm["worker_port"])
-    assert ok.returncode == 0 and "2 worker(s) up" in ok.stdout
-    assert health(live_farm["exporter_port"], "--exporter").returncode == 0
-    bad = health(free_port())
-    assert bad.returncode == 1 and "Connection refused" in bad.stderr
-    done = live_farm["farm"]("submit", "--source", "demo", "--target", "cpu", "--reference-on", "cpu",
-                             "--max-tasks", "40", "--run", "obs")
-    assert done.returncode == 0, done.stderr
+    # the second half: a pool process dies while the run goes on
     _wait(lambda: _total(_get(url), "farm_tasks_total") >= 3, 90, "tasks to finish")
     before = _total(_get(url), "farm_tasks_total")
     pools = _pool_pids(live_farm["procs"]["worker"].pid)
