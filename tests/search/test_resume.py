@@ -5,6 +5,7 @@ consistent store that the next run resumes from."""
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,18 +29,32 @@ from tests.conftest import GOOD_TASK, REPO, write_task
 CPU = resolve_device("cpu")
 
 
+@pytest.fixture(scope="module")
+def made_once(tmp_path_factory):
+    """The mini/scale2 task and its reference data, made once for the module (seconds each time)."""
+    root = tmp_path_factory.mktemp("resume")
+    write_task(root / "tasks" / "mini", "scale2", GOOD_TASK)
+    with pytest.MonkeyPatch.context() as env:  # before the per-test clean_env: its own cache
+        env.setenv("FARM_CACHE_DIR", str(root / "farm-cache"))
+        settings, _ = load_settings(overrides={"corpus.tasks_dir": str(root / "tasks")})
+        refs = find_tasks(settings, ["mini"])
+        made = generate_references(refs, open_store(f"file://{root / 'store'}"), CPU, 0, "small", 120)
+    assert all(r["success"] for r in made)
+    return root
+
+
 @pytest.fixture
-def mini(tmp_path, monkeypatch):
-    """The mini/scale2 task, its reference data in a store, and a config that knows it."""
-    write_task(tmp_path / "tasks" / "mini", "scale2", GOOD_TASK)
+def mini(made_once, tmp_path, monkeypatch):
+    """The mini/scale2 task, its reference data in a store, and a config that knows it: a copy of
+    the module's for each test, which writes into both."""
+    shutil.copytree(made_once / "tasks", tmp_path / "tasks")
+    shutil.copytree(made_once / "store", tmp_path / "store")
     cfg = tmp_path / "farm.yaml"
     cfg.write_text(f"corpus:\n  tasks_dir: {tmp_path / 'tasks'}\n")
     monkeypatch.setenv("FARM_CONFIG", str(cfg))
     settings, _ = load_settings()
     refs = find_tasks(settings, ["mini"])
-    store = open_store(f"file://{tmp_path / 'store'}")
-    assert all(r["success"] for r in generate_references(refs, store, CPU, 0, "small", 120))
-    return store, refs
+    return open_store(f"file://{tmp_path / 'store'}"), refs
 
 
 def test_a_raised_budget_continues_a_finished_search(mini):
