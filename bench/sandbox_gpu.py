@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as taskfiles  # noqa: E402
-from farm.evaluate import boundary  # noqa: E402
+from farm.evaluate import sandbox  # noqa: E402
 from farm.evaluate.evaluator import EvalSettings, Evaluator  # noqa: E402
 from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
@@ -59,7 +59,7 @@ def one_search(ref, data, store, mode: str, max_tasks: int) -> dict:
 
 
 def main(out_dir: Path, max_tasks: int) -> None:
-    found = boundary.probe()
+    found = sandbox.probe()
     print(f"probe: {found.kind} {found.why}", flush=True)
     settings, _ = load_settings()
     [ref] = taskfiles.find_tasks(settings, ["demo"], ["row_sum"])

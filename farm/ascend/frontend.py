@@ -36,7 +36,7 @@ from farm.errors import FarmError
 from farm.runtime import scratch as hostile
 
 # (argv, scratch folder, environment, extra read-only paths) -> the argv that runs it inside
-# an operating-system boundary (farm.evaluate.boundary.wrap, passed in by the evaluator)
+# an operating-system boundary (farm.evaluate.sandbox.wrap, passed in by the evaluator)
 Wrap = Callable[[list[str], Path, dict, list], list[str]]
 
 RESULT_CAP = 16 << 20  # bytes of a recording child's result file read back

@@ -285,9 +285,9 @@ def worker(
     if "search" in pools:  # candidates run here, unattended: no boundary, no worker, unless asked for
         require = cfg.evaluator.require_sandbox or origin["evaluator.require_sandbox"] == "default"
         child_env["FARM_EVALUATOR_REQUIRE_SANDBOX"] = "1" if require else "0"
-        from farm.evaluate import boundary
+        from farm.evaluate import sandbox
 
-        found = boundary.current(cfg.evaluator.sandbox, require)
+        found = sandbox.current(cfg.evaluator.sandbox, require)
         err.print(f"sandbox: {found.kind}" + (f" ({found.why})" if not found.on else ""), highlight=False)
     per_device = ops_per_device or cfg.queue.ops_per_device
     specs = [WorkerSpec(pools, target, d, loglevel, log_dir, per_device) for d in indices]

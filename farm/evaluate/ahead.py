@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 
 from farm.evaluate import quiet, static_checks
-from farm.evaluate.boundary import Boundary
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import EvalResult
 from farm.evaluate.runner import Limits, Runner, RunnerDied, close_all
+from farm.evaluate.sandbox import Boundary
 from farm.masking import mask_secrets, secret_values
 from farm.observe import metrics
 from farm.runtime.isolation import trim

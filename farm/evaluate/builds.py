@@ -35,8 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.evaluate import boundary as os_boundary
-from farm.evaluate import wire
+from farm.evaluate import sandbox, wire
 from farm.runtime import scratch
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,7 @@ def _paths(value) -> tuple[str, ...]:
 class Builder:
     """Compiles requests in a sandbox of their own and keeps the outputs (at most CACHE_BYTES)."""
 
-    def __init__(self, boundary: os_boundary.Boundary, read_only: Sequence[str] = (), env: dict | None = None):
+    def __init__(self, boundary: sandbox.Boundary, read_only: Sequence[str] = (), env: dict | None = None):
         self.boundary = boundary
         self.read_only = list(read_only)
         self.env = {k: v for k, v in (os.environ if env is None else env).items() if k in _ENV_KEPT}
@@ -151,7 +150,7 @@ class Builder:
             out = folder / f"{req.name}{sysconfig.get_config_var('EXT_SUFFIX')}"
             argv = self._argv(req, compiler.rsplit(":", 2)[0], src, out, folder)
             if self.boundary.on:
-                argv = os_boundary.wrap(argv, scratch=folder, env=dict(self.env), read_only=self.read_only)
+                argv = sandbox.wrap(argv, scratch=folder, env=dict(self.env), read_only=self.read_only)
             try:
                 done = scratch.run_capped(argv, BUILD_S, cap=64 << 10, env=self.env, cwd=folder,
                                           start_new_session=True)
@@ -183,7 +182,7 @@ _BUILDERS: dict[tuple, Builder] = {}
 _BUILDERS_LOCK = threading.Lock()
 
 
-def builder_for(boundary: os_boundary.Boundary, read_only: Sequence[str]) -> Builder:
+def builder_for(boundary: sandbox.Boundary, read_only: Sequence[str]) -> Builder:
     """One builder (one cache) per boundary and view, for the evaluator process's life."""
     key = (boundary, tuple(read_only))
     with _BUILDERS_LOCK:

@@ -45,9 +45,8 @@ from farm.config import Settings, environment_settings
 from farm.corpus import modes
 from farm.corpus import tasks as taskfiles
 from farm.errors import FarmError
-from farm.evaluate import boundary as os_boundary
 from farm.evaluate import lease as device_lease
-from farm.evaluate import pids, profiles, space_cases, static_checks, timed_checks, timing
+from farm.evaluate import pids, profiles, sandbox, space_cases, static_checks, timed_checks, timing
 from farm.evaluate.ahead import CompileAhead
 from farm.evaluate.eval_settings import EvalSettings
 from farm.evaluate.pool import RunnerPool
@@ -109,7 +108,7 @@ class Evaluator(TrustedSide, Comparison):
         self.mix = space_cases.timed(recorded, self._setting("timed_cases"), task_ref.source, spec.target.interpret)
         self.space_cases = space_cases.verified(recorded, self._setting("cases"), self.mix)
         # raises where one is required and unavailable
-        self.boundary = os_boundary.current(self._setting("sandbox"), self.config.evaluator.require_sandbox)
+        self.boundary = sandbox.current(self._setting("sandbox"), self.config.evaluator.require_sandbox)
         self.secrets = secret_values(self.config)
         self.verifier = Verifier(self.tolerance)
         # a fresh runner per candidate, started ahead; the current candidate's is `candidates`
@@ -250,9 +249,9 @@ class Evaluator(TrustedSide, Comparison):
         """The frontend check runs the candidate's code too: inside the runners' boundary."""
         if not self.boundary.on:
             return None
-        from farm.evaluate import boundary
+        from farm.evaluate import sandbox
 
-        return lambda argv, scratch, env, read_only: boundary.wrap(argv, scratch=scratch, env=env,
+        return lambda argv, scratch, env, read_only: sandbox.wrap(argv, scratch=scratch, env=env,
                                                                    read_only=read_only)
 
     def _frontend(self, candidate_code: str, result: EvalResult) -> None:

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.evaluate import proctree, wire, zygote
-from farm.evaluate.boundary import Boundary
 from farm.evaluate.runner import Limits, Runner
+from farm.evaluate.sandbox import Boundary
 from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)

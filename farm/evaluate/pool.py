@@ -33,8 +33,8 @@ from collections import deque
 from typing import Callable
 
 from farm.evaluate import forkserver, quiet
-from farm.evaluate.boundary import Boundary
 from farm.evaluate.runner import Limits, Runner
+from farm.evaluate.sandbox import Boundary
 from farm.targets import DeviceSpec
 
 log = logging.getLogger(__name__)

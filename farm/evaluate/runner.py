@@ -4,7 +4,7 @@ device, for one candidate (farm.evaluate.pool starts them ahead of time).
 Parent side: `Runner` starts the child as a fresh interpreter (never a fork of the evaluator,
 whose memory and /proc/self/environ hold the farm's secrets; or a fork of a fork server that is
 such an interpreter, farm.evaluate.forkserver), with an allow-listed environment, inside the operating-system boundary where there is one
-(farm.evaluate.boundary: bubblewrap), with a pids limit (farm.evaluate.pids) and a memory
+(farm.evaluate.sandbox: bubblewrap), with a pids limit (farm.evaluate.pids) and a memory
 watchdog. Every command has a time limit; a timeout, a crash or an exceeded limit kills the
 child and the evaluation gets its verdict.
 
@@ -37,11 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from farm.evaluate import boundary as os_boundary
-from farm.evaluate import builds, pids, protocol, wire
-from farm.evaluate.boundary import Boundary
+from farm.evaluate import builds, pids, protocol, sandbox, wire
 from farm.evaluate.proctree import pin_tree, rss_mb, signal_tree
 from farm.evaluate.protocol import Command, Failure, Reply
+from farm.evaluate.sandbox import Boundary
 from farm.runtime import scratch
 from farm.runtime.isolation import trim
 from farm.runtime.tensors import dumps, tensor_bytes
@@ -158,7 +157,7 @@ class Runner:
     def scratch(self) -> Path:
         """The runner's folder as the runner sees it."""
         if self.boundary.on:
-            return os_boundary.SCRATCH
+            return sandbox.SCRATCH
         assert self.workdir is not None, "made by _fresh_folder, before the runner starts"
         return self.workdir
 
@@ -258,7 +257,7 @@ class Runner:
             return argv
         target = self.spec.target
         env.update(target.sandbox_env(self.spec.index))
-        return os_boundary.wrap(argv, scratch=self.scratch, env=env, devices=target.sandbox_nodes(self.spec.index),
+        return sandbox.wrap(argv, scratch=self.scratch, env=env, devices=target.sandbox_nodes(self.spec.index),
                                 read_only=[*self.read_only, *target.sandbox_paths()],
                                 scratch_mb=self.limits.scratch_mb, tmp_mb=self.limits.tmp_mb)
 

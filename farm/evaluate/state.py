@@ -13,7 +13,6 @@ if TYPE_CHECKING:  # names for the type check only: importing this module import
 
     from farm.corpus.tasks import Task, TaskRef
     from farm.evaluate.backward import BackwardCheck
-    from farm.evaluate.boundary import Boundary
     from farm.evaluate.eval_settings import EvalSettings
     from farm.evaluate.lease import DeviceLease
     from farm.evaluate.pool import RunnerPool
@@ -21,6 +20,7 @@ if TYPE_CHECKING:  # names for the type check only: importing this module import
     from farm.evaluate.protocol import Reply
     from farm.evaluate.result import EvalResult
     from farm.evaluate.runner import Runner
+    from farm.evaluate.sandbox import Boundary
     from farm.evaluate.verifier import Case, Verifier
     from farm.targets import DeviceSpec
 

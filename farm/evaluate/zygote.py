@@ -34,7 +34,7 @@ import traceback
 from farm.evaluate import wire
 
 WRITABLE = ("/tmp", "/dev/shm")
-_SHRUGGED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)  # with the runner's folder (farm.evaluate.boundary.SCRATCH)
+_SHRUGGED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)  # with the runner's folder (farm.evaluate.sandbox.SCRATCH)
 _PR_SET_DUMPABLE = 4
 CLEAN_S = 5.0  # a clean that takes longer (a child left a million files) retires the server
 

@@ -3,7 +3,7 @@ copies or deletes in them: no name is followed as a link, no open blocks (a FIFO
 unbounded (a link to /dev/zero, a file grown while read), and a runner's own output is read
 through a descriptor the evaluator opened, never through a path.
 
-Inside the sandbox a runner's folder is a tmpfs that goes with it (farm.evaluate.boundary), so
+Inside the sandbox a runner's folder is a tmpfs that goes with it (farm.evaluate.sandbox), so
 the host keeps a folder of its own only where the sandbox is off; such folders carry the
 evaluator's pid in their name, and the next evaluator to start removes those of a dead one.
 """

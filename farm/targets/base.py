@@ -102,7 +102,7 @@ class Target:
         return False
 
     def sandbox_nodes(self, index: int | None) -> list[str]:
-        """Device files a sandboxed child of device `index` needs (farm.evaluate.boundary binds
+        """Device files a sandboxed child of device `index` needs (farm.evaluate.sandbox binds
         them, and nothing else of /dev beyond null, zero, random, shm...). None for cpu."""
         return []
 

@@ -120,10 +120,10 @@ def test_with_the_evaluators_boundary_candidate_code_cannot_write_outside(ascend
     evaluator passes its bubblewrap boundary, so a write outside the scratch folder is lost."""
     import torch
 
-    from farm.evaluate import boundary
+    from farm.evaluate import sandbox
 
-    if not boundary.probe().on:
-        pytest.skip(f"no sandbox here: {boundary.probe().why}")
+    if not sandbox.probe().on:
+        pytest.skip(f"no sandbox here: {sandbox.probe().why}")
     marker = tmp_path / "leaked"
     source = candidate().replace("import torch\n", f"import torch\ntry:\n    open({str(marker)!r}, 'w').write('x')\n"
                                                     "except OSError:\n    pass\n", 1)
@@ -131,7 +131,7 @@ def test_with_the_evaluators_boundary_candidate_code_cannot_write_outside(ascend
 
     def wrap(argv, scratch, env, read_only):
         calls.append(argv[0])
-        return boundary.wrap(argv, scratch=scratch, env=env, read_only=read_only)
+        return sandbox.wrap(argv, scratch=scratch, env=env, read_only=read_only)
 
     report = frontend.check_source(ascend_frontend_python, source, "ModelNew", [], [torch.randn(100)], wrap=wrap)
     assert len(calls) == 2 and not marker.exists()  # recording and compiling, both inside

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.evaluate import boundary
+from farm.evaluate import sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "deploy" / "security" / "farm-bwrap.json"
@@ -32,13 +32,13 @@ def under(profile: Path, *argv: str, **kw) -> subprocess.CompletedProcess:
 
 
 def bwrap_probe() -> list[str]:
-    """The very command line the farm's sandbox probe runs (farm.evaluate.boundary)."""
+    """The very command line the farm's sandbox probe runs (farm.evaluate.sandbox)."""
     binary = shutil.which("bwrap")
     if binary is None:
         if os.environ.get("CI"):
             pytest.fail("bubblewrap is not installed (scripts/install-test-tools)")
         pytest.skip("bubblewrap is not installed")
-    return [binary, *boundary._base_args(), "--", "/bin/true"]
+    return [binary, *sandbox._base_args(), "--", "/bin/true"]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import sysconfig
 
 import pytest
 
-from farm.evaluate import boundary, build_client, builds, wire
+from farm.evaluate import build_client, builds, sandbox, wire
 from farm.evaluate.forkserver import ForkedChild, ForkServer
 from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
@@ -45,7 +45,7 @@ def _answer(so: bytes, folder, name: str = "helper") -> int:
 
 @pytest.fixture
 def builder():
-    found = boundary.probe()
+    found = sandbox.probe()
     assert found.on, found.why
     return builds.Builder(found)
 
@@ -130,7 +130,7 @@ raise RuntimeError(f"ANSWER {mod.answer()} FROM {os.environ.get('TRITON_CACHE_DI
 
 @pytest.mark.parametrize("forked", [False, True])
 def test_runners_get_their_helpers_from_the_builder_and_the_second_runner_compiles_nothing(forked):
-    found = boundary.probe()
+    found = sandbox.probe()
     spec = resolve_device("cpu")
     builder = builds.builder_for(found, spec.target.sandbox_paths())
     before = (builder.builds, builder.hits)

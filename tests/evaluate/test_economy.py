@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from farm.evaluate import boundary, runner_child
+from farm.evaluate import runner_child, sandbox
 from farm.evaluate.evaluator import EvalSettings
 from farm.evaluate.protocol import reply_for
 from farm.evaluate.result import EvalResult
@@ -57,7 +57,7 @@ class ModelNew(torch.nn.Module):
 def test_a_runner_keeps_what_it_started_with_out_of_the_collectors_sight(tmp_path):
     """Torch, Triton and the harness outlive every candidate: frozen at start, a candidate's
     unload (a full collection) walks only what came after them."""
-    sb = Runner(CPU, Limits(start_s=60), boundary.current())
+    sb = Runner(CPU, Limits(start_s=60), sandbox.current())
     try:
         assert sb.call("load_source", 60, source=FREEZE_PEEK, init_inputs=[]).ok
         import torch

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from farm.corpus.tasks import TaskRef, ref_from_file
-from farm.evaluate import boundary
+from farm.evaluate import sandbox
 from farm.evaluate.evaluator import EvalSettings, Evaluator
 from farm.evaluate.runner import Limits, Runner, candidate_env
 from farm.evaluate.static_checks import static_verdict
@@ -147,7 +147,7 @@ def test_correct_kernel_passes_with_errors_timing_and_speedups(ev):
 
 # ---------------------------------------------------------------- the exploits
 
-SANDBOXED = boundary.probe().on  # evaluator.sandbox=auto: bubblewrap where it works (CI installs it)
+SANDBOXED = sandbox.probe().on  # evaluator.sandbox=auto: bubblewrap where it works (CI installs it)
 # name: (acceptable verdicts, whether it gets past the static checks)
 EXPLOITS: dict[str, tuple[set[str], bool]] = {
     "cache_by_data_ptr": ({"cheat"}, True),
@@ -472,10 +472,10 @@ import shutil
 import sys
 import os
 from farm.targets import resolve_device
-from farm.evaluate import boundary
+from farm.evaluate import sandbox
 from farm.evaluate.runner import Limits, Runner
 
-sb = Runner(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+sb = Runner(resolve_device("cpu"), Limits(start_s=60), sandbox.current())
 try:
     source = sys.stdin.read().replace("EVALUATOR_PID", str(os.getpid()))
     reply = sb.call("load_source", 60, source=source, init_inputs=[])
@@ -491,7 +491,7 @@ def test_candidate_cannot_read_the_evaluators_environment_or_memory():
     (the expected outputs of the secret fresh inputs) out of reach; the static checks are evaded
     with `from os import open` and a split '/proc/'. Without bubblewrap this leaks (skipped,
     or failed under CI)."""
-    from tests.evaluate.test_boundary import require_bwrap
+    from tests.evaluate.test_sandbox import require_bwrap
 
     require_bwrap()
     assert static_verdict(PEEK) == ("", "")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from farm.evaluate import boundary, forkserver
+from farm.evaluate import forkserver, sandbox
 from farm.evaluate.forkserver import ForkedChild, ForkServer
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.runner import Limits, Runner, RunnerDied
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("CI") and shutil.which("bwrap
 
 @pytest.fixture
 def server():
-    found = boundary.probe()
+    found = sandbox.probe()
     assert found.on, found.why
     srv = ForkServer(resolve_device("cpu"), LIMITS, found)  # not among those the process lends
     srv.start()
@@ -168,7 +168,7 @@ def test_a_system_v_object_left_behind_retires_the_server(server):
 def test_pools_fork_their_runners_from_servers_the_process_keeps():
     """The servers outlive an op's pool: the next op's first runner is forked too (an op of four
     candidates paid the imports of its own servers and gained nothing on an H100)."""
-    found = boundary.probe()
+    found = sandbox.probe()
     kinds = []
     for _ in range(2):  # two ops, one after the other
         pool = RunnerPool(resolve_device("cpu"), LIMITS, found, size=1)
@@ -214,11 +214,11 @@ def test_the_memory_watchdog_counts_what_a_runner_left_to_the_sandbox_init(serve
 
 
 UNDER_TMP = r'''
-from farm.evaluate import boundary
+from farm.evaluate import sandbox
 from farm.evaluate.forkserver import ForkServer
 from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
-server = ForkServer(resolve_device("cpu"), Limits(start_s=90, scratch_mb=64, tmp_mb=32), boundary.probe())
+server = ForkServer(resolve_device("cpu"), Limits(start_s=90, scratch_mb=64, tmp_mb=32), sandbox.probe())
 server.start()
 server.busy = True
 box = Runner(server.spec, server.limits, server.boundary)

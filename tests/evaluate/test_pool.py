@@ -2,9 +2,9 @@
 
 import logging
 
-from farm.evaluate.boundary import Boundary
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.runner import Limits
+from farm.evaluate.sandbox import Boundary
 from farm.targets import resolve_device
 
 LIMITS = Limits(start_s=60, compile_s=20, run_s=10, time_s=20, host_memory_mb=4096, log_mb=64, scratch_mb=64,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.evaluate import boundary, quiet
 from farm.evaluate import lease as device_lease
+from farm.evaluate import quiet, sandbox
 from farm.evaluate.proctree import tree as _tree
 from farm.evaluate.runner import Limits, Runner
 from farm.targets import resolve_device
@@ -31,7 +31,7 @@ class ModelNew(torch.nn.Module):
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
     monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
-    sb = Runner(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+    sb = Runner(resolve_device("cpu"), Limits(start_s=60), sandbox.current())
     sb.start()
     try:
         yield sb
@@ -140,7 +140,7 @@ def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path,
 
     monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
     cpu = resolve_device("cpu")
-    pool = CompileAhead([cpu], 1, [], [], Limits(start_s=60), boundary.current(), "cpu")
+    pool = CompileAhead([cpu], 1, [], [], Limits(start_s=60), sandbox.current(), "cpu")
     try:
         waiting = pool.pools[0]
         with waiting._cv:

@@ -5,8 +5,8 @@ small ones through the socket. Both carry unsigned pointer tables and their poin
 import pytest
 import torch
 
-from farm.evaluate import boundary, wire
 from farm.evaluate import runner as runner_module
+from farm.evaluate import sandbox, wire
 from farm.evaluate.runner import Limits, Runner
 from farm.runtime import pointers
 from farm.targets import resolve_device
@@ -24,7 +24,7 @@ class ModelNew(nn.Module):
 
 @pytest.fixture
 def runner():
-    sb = Runner(resolve_device("cpu"), Limits(start_s=60), boundary.current())
+    sb = Runner(resolve_device("cpu"), Limits(start_s=60), sandbox.current())
     try:
         yield sb
     finally:

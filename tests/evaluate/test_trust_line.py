@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from farm.evaluate import boundary, pids, protocol, wire
+from farm.evaluate import pids, protocol, sandbox, wire
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.result import Stop
 from farm.evaluate.runner import Limits, Runner, RunnerDied
@@ -38,8 +38,8 @@ LIMITS = Limits(start_s=60, compile_s=20, run_s=10, time_s=20, host_memory_mb=40
 SECRET = "SENTINEL-" + os.urandom(8).hex()
 
 
-def sandboxed() -> boundary.Boundary:
-    found = boundary.probe()
+def sandboxed() -> sandbox.Boundary:
+    found = sandbox.probe()
     if not found.on:
         if os.environ.get("CI"):
             pytest.fail(f"no sandbox here ({found.why}): CI must run the sandbox tests")
@@ -426,7 +426,7 @@ def _sleepers(marker: str) -> list[int]:
 
 
 def test_the_sandboxs_command_line_has_its_limits():
-    argv = boundary.wrap(["true"], scratch=boundary.SCRATCH, env={}, scratch_mb=64, tmp_mb=32)
+    argv = sandbox.wrap(["true"], scratch=sandbox.SCRATCH, env={}, scratch_mb=64, tmp_mb=32)
     joined = " ".join(argv)
     assert "--unshare-user --disable-userns" in joined
     assert f"--size {32 << 20} --tmpfs /tmp" in joined and f"--size {32 << 20} --tmpfs /dev/shm" in joined

@@ -126,9 +126,9 @@ def test_search_writes_results_and_resumes_after_a_kill(demo_store):
     stages = report["candidates"][1]["stage_s"]
     assert {"compile", "verify", "total"} <= set(stages) and stages["total"] > 0
     # each verdict says which boundary its runner had (bubblewrap wherever it works, CI included)
-    from farm.evaluate import boundary
+    from farm.evaluate import sandbox
 
-    assert {c["sandbox"] for c in report["candidates"]} == {boundary.probe().kind}
+    assert {c["sandbox"] for c in report["candidates"]} == {sandbox.probe().kind}
     assert report["lineage_graph"].startswith("graph TD")
     assert all(store.exists(f"runs/resume/demo/row_sum/candidates/{i}.py") for i in ids)
     best = store.read_json("kernels/cpu/demo/row_sum/best.json")

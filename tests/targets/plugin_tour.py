@@ -113,7 +113,7 @@ def main() -> None:
 
 
 def _on():
-    from farm.evaluate.boundary import Boundary
+    from farm.evaluate.sandbox import Boundary
 
     return Boundary("bwrap", "the tour asks for the sandbox's argv only")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.evaluate import boundary
+from farm.evaluate import sandbox
 from farm.evaluate.runner import Limits, Runner
 from farm.targets import DeviceSpec, cuda, resolve_device
 
@@ -63,7 +63,7 @@ def _started_env(box: Runner) -> dict[str, str]:
 
 
 def test_the_sandbox_starts_its_runner_with_the_targets_pin_inside():
-    found = boundary.probe()
+    found = sandbox.probe()
     if not found.on:
         if os.environ.get("CI"):
             pytest.fail(f"no sandbox here ({found.why}): CI must run the sandbox tests")
@@ -71,5 +71,5 @@ def test_the_sandbox_starts_its_runner_with_the_targets_pin_inside():
     spec = DeviceSpec(_OneNode(**{f: getattr(CPU.target, f) for f in CPU.target.__dataclass_fields__}), None)
     assert _started_env(Runner(spec, Limits(start_s=60), found))["CUDA_VISIBLE_DEVICES"] == "pinned-inside"
     # without the OS boundary nothing is narrowed, so the host's pin stays
-    assert _started_env(Runner(spec, Limits(start_s=60), boundary.Boundary("none", "off")))[
+    assert _started_env(Runner(spec, Limits(start_s=60), sandbox.Boundary("none", "off")))[
         "CUDA_VISIBLE_DEVICES"] == ""

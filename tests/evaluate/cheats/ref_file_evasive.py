@@ -7,7 +7,7 @@ torch.serialization.load. A do-nothing kernel is launched so that the launch cou
 satisfied. Raises if no reference file is found (so a verdict other than runtime_error proves
 the file was read).
 
-Expected verdict: runtime_error inside the sandbox (farm.evaluate.boundary: the store is out of
+Expected verdict: runtime_error inside the sandbox (farm.evaluate.sandbox: the store is out of
 sight, "could not find a reference file"); without it, cheat, from the dynamic layer (the same
 outputs for the fresh inputs).
 """

@@ -6,7 +6,7 @@ and on any other inputs it runs the real kernel. The fresh inputs therefore see 
 outputs. The evaluator used to time on the file's inputs and so measured the replay; it now
 times on secret fresh inputs and checks the timed calls' outputs, so the replay gains nothing.
 
-Expected verdict: runtime_error inside the sandbox (farm.evaluate.boundary: the store is out of
+Expected verdict: runtime_error inside the sandbox (farm.evaluate.sandbox: the store is out of
 sight). Without it, cheat or pass. A pass is harmless: its outputs on unseen inputs are right
 and its timing is that of the real kernel (the test checks it is not faster than the honest one).
 """

@@ -1,4 +1,4 @@
-"""The sandbox around candidate runners (farm.evaluate.boundary: bubblewrap), attacked as
+"""The sandbox around candidate runners (farm.evaluate.sandbox: bubblewrap), attacked as
 issue 21 describes, with the static checks turned off: the boundary itself must stop each
 attack. Every attack is a candidate whose constructor reaches for something and raises what it
 found, so that a leak would land in the verdict's reason or log (and so in reports and
@@ -24,14 +24,14 @@ import torch
 
 from farm.config import Settings
 from farm.errors import FarmError
-from farm.evaluate import boundary
+from farm.evaluate import sandbox
 from farm.evaluate.evaluator import LOG_CHARS, REASON_CHARS, EvalSettings, Evaluator
 from tests.evaluate.test_evaluator import CPU, GOOD, LIMITS, TASK, refs  # noqa: F401 - the shared fixture
 from tests.redis_server import redis_server  # noqa: F401
 
 
 def require_bwrap() -> None:
-    found = boundary.probe()
+    found = sandbox.probe()
     if not found.on:
         if os.environ.get("CI"):
             pytest.fail(f"no sandbox here ({found.why}): CI must run the sandbox tests (scripts/install-test-tools)")
@@ -151,7 +151,7 @@ FOUND = asyncio.run(poke())
 
 def test_writes_only_to_scratch(refs, secret, no_static_checks):  # noqa: F811
     require_bwrap()
-    package_file = Path(boundary.PACKAGE_DIR) / "evaluate" / "planted_by_candidate.py"
+    package_file = Path(sandbox.PACKAGE_DIR) / "evaluate" / "planted_by_candidate.py"
     body = f'''
 import numpy
 wrote = []
@@ -219,7 +219,7 @@ def test_secrets_are_masked_and_words_are_bounded(refs, secret, no_static_checks
 
 
 def test_required_sandbox_that_cannot_be_set_up_is_an_error(refs, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(boundary, "probe", lambda: boundary.Boundary("none", "no namespaces in this test"))
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Boundary("none", "no namespaces in this test"))
     required = Settings()
     required.evaluator.require_sandbox = True
     with pytest.raises(FarmError, match="evaluator.require_sandbox.*no namespaces in this test"):
@@ -231,7 +231,7 @@ def test_required_sandbox_that_cannot_be_set_up_is_an_error(refs, monkeypatch): 
 def test_one_evaluators_sandbox_setting_never_reaches_another(refs, cli, monkeypatch):  # noqa: F811
     """Each evaluator takes the settings it is given: one built under evaluator.sandbox=off, or a
     command run with --set evaluator.sandbox=off, leaves the next evaluator its boundary."""
-    monkeypatch.setattr(boundary, "probe", lambda: boundary.Boundary("bwrap"))  # as where bubblewrap works
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Boundary("bwrap"))  # as where bubblewrap works
     off = Settings()
     off.evaluator.sandbox = "off"
     with evaluator(refs, None, off) as ev:
@@ -244,7 +244,7 @@ def test_one_evaluators_sandbox_setting_never_reaches_another(refs, cli, monkeyp
 
 def test_farm_worker_requires_the_sandbox_by_default(cli, monkeypatch):
     pytest.importorskip("celery")
-    monkeypatch.setattr(boundary, "probe", lambda: boundary.Boundary("none", "no namespaces in this test"))
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Boundary("none", "no namespaces in this test"))
     proc = cli("worker", "--pool", "search", "--target", "cpu", "--devices", "0")
     assert proc.exit_code == 2, proc.stdout + proc.stderr
     assert "evaluator.require_sandbox" in proc.stderr and "no namespaces in this test" in proc.stderr
@@ -284,10 +284,10 @@ def test_a_compiler_outside_usr_is_reachable_inside_the_boundary(tmp_path, monke
     gcc.chmod(0o755)
     env = {"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"}
     monkeypatch.setenv("PATH", env["PATH"])
-    assert prefix in boundary.toolchain_paths(env)
-    argv = boundary.wrap(["gcc"], scratch=tmp_path / "scratch", env=env, scratch_mb=8)
+    assert prefix in sandbox.toolchain_paths(env)
+    argv = sandbox.wrap(["gcc"], scratch=tmp_path / "scratch", env=env, scratch_mb=8)
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0 and "the compiler proper" in out.stdout, out.stderr
     # read-only: a candidate cannot replace the compiler the trusted runner also uses
-    argv = boundary.wrap(["sh", "-c", f"echo x > {gcc}"], scratch=tmp_path / "scratch", env=env, scratch_mb=8)
+    argv = sandbox.wrap(["sh", "-c", f"echo x > {gcc}"], scratch=tmp_path / "scratch", env=env, scratch_mb=8)
     assert subprocess.run(argv, capture_output=True, timeout=60, env=env).returncode != 0

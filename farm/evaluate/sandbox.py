@@ -1,4 +1,4 @@
-"""The operating-system boundary around a runner: bubblewrap (Debian package `bubblewrap`).
+"""The sandbox, the operating-system boundary around a runner: bubblewrap (Debian package `bubblewrap`).
 
 A runner started through `wrap()` lives in namespaces of its own:
 
