@@ -13,6 +13,7 @@ from farm.runtime.tolerance import all_ok, compare_outputs
 from farm.storage import open_store
 from farm.targets import resolve_device
 from tests.conftest import GOOD_TASK, write_task
+from tests.reference.manifest_writer import record_one
 
 CPU = resolve_device("cpu")
 
@@ -147,15 +148,9 @@ def test_failed_regeneration_keeps_the_last_good_object(tmp_path):
     assert store.head("refs/mini/scale2.pt").sha256 == good["sha256"]
 
 
-def _record_one(root: str, i: int) -> None:
-    store = open_store(f"file://{root}")
-    entry = {"source": f"src{i % 2}", "op_name": f"op{i}", "success": True, "key": f"refs/src{i % 2}/op{i}.pt"}
-    manifest.record(store, [entry])
-
-
 def test_concurrent_writers_all_land_in_the_manifest(tmp_path):
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_record_one, args=(str(tmp_path / "s"), i)) for i in range(8)]
+    procs = [ctx.Process(target=record_one, args=(str(tmp_path / "s"), i)) for i in range(8)]
     for p in procs:
         p.start()
     for p in procs:
