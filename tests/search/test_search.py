@@ -246,12 +246,13 @@ def test_interrupted_batch_leaves_a_consistent_ledger(demo_store):
 
 
 def test_farm_run_prints_a_leaderboard(cli, tmp_path):
-    result = cli("run", "--source", "demo", "--target", "cpu", "--max-tasks", "3", "--generators", "tune",
+    # one candidate per op (the original Model, tune's first seed): the leaderboard is the subject here
+    result = cli("run", "--source", "demo", "--target", "cpu", "--max-tasks", "1", "--generators", "tune",
                  "--store", f"file://{tmp_path / 'runstore'}", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["summary"]["succeeded"] == 3 and doc["summary"]["failed"] == 0
-    table = cli("run", "--source", "demo", "--target", "cpu", "--max-tasks", "3", "--generators", "tune",
+    table = cli("run", "--source", "demo", "--target", "cpu", "--max-tasks", "1", "--generators", "tune",
                 "--store", f"file://{tmp_path / 'runstore'}")
     assert "vs Model" in table.stdout and "skipped" in table.stdout
     bad = cli("search", "--source", "demo", "--op", "row_sum", "--target", "cpu", "--generators", "nope",
