@@ -34,7 +34,7 @@ from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.evaluate.evaluator import Evaluator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
-from farm.runtime.isolation import run_in_child  # noqa: E402
+from farm.runtime.children import run_in_child  # noqa: E402
 from farm.search.batch import load_reference  # noqa: E402
 from farm.storage import open_store  # noqa: E402
 from farm.targets import resolve_device  # noqa: E402

@@ -36,7 +36,7 @@ from farm.config import load_settings  # noqa: E402
 from farm.corpus import tasks as taskfiles  # noqa: E402
 from farm.generators import DEFAULT_CHAIN  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
-from farm.runtime.isolation import run_in_child  # noqa: E402
+from farm.runtime.children import run_in_child  # noqa: E402
 from farm.search.budget import search_by_headroom  # noqa: E402
 from farm.search.context import SearchConfig, SearchContext  # noqa: E402
 from farm.search.results import op_prefix  # noqa: E402

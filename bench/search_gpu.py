@@ -32,7 +32,7 @@ from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.generators.tune import grid as tune_grid  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
-from farm.runtime.isolation import run_in_child  # noqa: E402
+from farm.runtime.children import run_in_child  # noqa: E402
 from farm.search.batch import load_reference  # noqa: E402
 from farm.search.context import SearchConfig, SearchContext  # noqa: E402
 from farm.search.controller import search_op  # noqa: E402

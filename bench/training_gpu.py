@@ -52,7 +52,7 @@ from farm.evaluate.options import EvalOptions  # noqa: E402
 from farm.generators import load_generator  # noqa: E402
 from farm.generators.base import model_as_candidate  # noqa: E402
 from farm.reference.generate import generate_references  # noqa: E402
-from farm.runtime.isolation import run_in_child  # noqa: E402
+from farm.runtime.children import run_in_child  # noqa: E402
 from farm.search.batch import load_reference, search_batch  # noqa: E402
 from farm.search.context import SearchConfig, SearchContext  # noqa: E402
 from farm.search.database import Database  # noqa: E402

@@ -314,7 +314,7 @@ def record_launches(path: Path, cls_name: str, init_inputs: list | None, inputs:
     env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     if wrap is not None:
         return _record_wrapped(path, cls_name, init_inputs, inputs, timeout_s, wrap, env)
-    from farm.runtime.isolation import run_in_child
+    from farm.runtime.children import run_in_child
 
     outcome = run_in_child(record_child, (str(path), cls_name, init_inputs, inputs), timeout_s=timeout_s, env=env)
     if not outcome.ok:

@@ -1,6 +1,6 @@
 """Ctrl-C and SIGTERM for the `farm` process (set by farm.cli.main before anything heavy loads).
 
-The handler ends every child of farm.runtime.isolation at once, so worker threads waiting on
+The handler ends every child of farm.runtime.children at once, so worker threads waiting on
 them return "interrupted" and the process is gone in seconds, then raises KeyboardInterrupt
 (Terminated for SIGTERM) in the main thread, which every command unwinds through its
 `finally` blocks. A second signal during that clean-up exits at once. Where Python cannot
@@ -43,7 +43,7 @@ def _on_signal(signum, frame) -> None:
     threading.Thread(target=_watchdog, args=(signum,), name="farm-stop-watchdog", daemon=True).start()
     # loaded only by commands that start children; a module still being imported (the signal
     # landed mid-import) has no stop_children yet, and has started no child either
-    stop = getattr(sys.modules.get("farm.runtime.isolation"), "stop_children", None)
+    stop = getattr(sys.modules.get("farm.runtime.children"), "stop_children", None)
     if stop is not None:
         stop()
     _raise(signum)

@@ -123,7 +123,7 @@ def load_rows(refs: list[taskfiles.TaskRef], per_file_s: float = PER_FILE_TIMEOU
 
 def _load_shard(refs: list[taskfiles.TaskRef], per_file_s: float,
                 on_row: Callable[[dict], None]) -> dict[str, dict[str, Any]]:
-    from farm.runtime.isolation import run_in_child
+    from farm.runtime.children import run_in_child
     from farm.targets import resolve_device
 
     rows: dict[str, dict[str, Any]] = {}

@@ -140,7 +140,7 @@ def static_child(report: Callable[[str], None], ref: TaskRef, shapes: str) -> di
 
 
 def _trial(ref: TaskRef, name: str, timeout_s: float) -> dict:
-    from farm.runtime.isolation import run_in_child
+    from farm.runtime.children import run_in_child
     from farm.targets import resolve_device
 
     spec = resolve_device("cpu")
@@ -159,7 +159,7 @@ def _trial(ref: TaskRef, name: str, timeout_s: float) -> dict:
 def resolve_ref(ref: TaskRef, shapes: str = "bench", timeout_s: float = TRIAL_TIMEOUT_S):
     """The mode of a task, every line of the task's code run in children: a Mode, or the
     ChildOutcome of a file that could not even be loaded (its stage and error)."""
-    from farm.runtime.isolation import run_in_child
+    from farm.runtime.children import run_in_child
     from farm.targets import resolve_device
 
     outcome = run_in_child(static_child, (ref, shapes), timeout_s=timeout_s,

@@ -1,7 +1,7 @@
 """`farm ops check`: does each task's Model agree with its Reference on a device? For a training
 op (BACKWARD) with a Reference, its gradients too.
 
-Each op runs in its own child (farm.runtime.isolation) pinned to the device, so a task that hangs or
+Each op runs in its own child (farm.runtime.children) pinned to the device, so a task that hangs or
 crashes is reported and the rest go on.
 """
 
@@ -17,7 +17,7 @@ from farm.corpus import tasks as taskfiles
 from farm.corpus.inputs import draw_init_inputs, draw_inputs
 from farm.corpus.tasks import TaskRef
 from farm.runtime import grads, tolerance
-from farm.runtime.isolation import run_in_child
+from farm.runtime.children import run_in_child
 from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
 from farm.targets import DeviceSpec
 

@@ -17,7 +17,7 @@ import farm.distributed.instrument  # noqa: E402,F401  (connects the task metric
 
 @worker_process_init.connect
 def _allow_child_processes(**_) -> None:
-    """Let a pool process start multiprocessing children (farm.runtime.isolation runs reference
+    """Let a pool process start multiprocessing children (farm.runtime.children runs reference
     generation and compiler captures in them, and kills them on timeout itself). Billiard
     installs its own process object as multiprocessing's current process: daemonic, which
     multiprocessing refuses to start children from, and with an authkey of billiard's type,

@@ -29,7 +29,7 @@ from farm.evaluate.runner import Limits, Runner, RunnerDied, close_all
 from farm.evaluate.sandbox import Boundary
 from farm.masking import mask_secrets, secret_values
 from farm.observe import metrics
-from farm.runtime.isolation import trim
+from farm.runtime.children import trim
 from farm.targets import DeviceSpec
 
 AUTO_MAX = 4  # compile-ahead runners per search at most, by default

@@ -12,7 +12,7 @@ import torch
 
 from farm.evaluate import timing
 from farm.runtime import pointers
-from farm.runtime.isolation import trim
+from farm.runtime.children import trim
 from farm.runtime.tensors import clone_values, to_cpu
 from farm.runtime.tolerance import as_output_list
 

@@ -60,7 +60,7 @@ from farm.evaluate.verifier import Verifier
 from farm.masking import mask_secrets, secret_values
 from farm.reference.fitted import fitted
 from farm.runtime import tolerance
-from farm.runtime.isolation import trim
+from farm.runtime.children import trim
 from farm.runtime.tensors import identical
 from farm.targets import DeviceSpec
 

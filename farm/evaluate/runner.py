@@ -42,7 +42,7 @@ from farm.evaluate.proctree import pin_tree, rss_mb, signal_tree
 from farm.evaluate.protocol import Command, Failure, Reply
 from farm.evaluate.sandbox import Boundary
 from farm.runtime import scratch
-from farm.runtime.isolation import trim
+from farm.runtime.children import trim
 from farm.runtime.tensors import dumps, tensor_bytes
 from farm.targets import DeviceSpec
 

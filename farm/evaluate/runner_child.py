@@ -27,7 +27,7 @@ from farm.evaluate import build_client, protocol, timing, wire
 from farm.evaluate.child_rounds import RoundsMixin, _kind
 from farm.evaluate.child_trusted import TrustedMixin
 from farm.runtime import grads, pointers
-from farm.runtime.isolation import trim
+from farm.runtime.children import trim
 from farm.runtime.tensors import clone_values, to_cpu, to_device
 from farm.runtime.tolerance import as_output_list
 

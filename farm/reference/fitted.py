@@ -16,7 +16,7 @@ from pathlib import Path
 
 from farm.corpus.tasks import TaskRef
 from farm.errors import FarmError
-from farm.runtime.isolation import run_in_child
+from farm.runtime.children import run_in_child
 from farm.targets import DeviceSpec
 
 UNBOUNDED_MFLOP = 1e12  # the device runs the fitted shapes: only memory bounds them

@@ -26,8 +26,8 @@ from farm.errors import FarmError, StorageError
 from farm.reference import cases as ref_cases
 from farm.reference import drawn, manifest, secret_inputs
 from farm.reference.ptfile import load_pt_file
-from farm.runtime import grads, isolation, pointers
-from farm.runtime.isolation import run_in_child
+from farm.runtime import children, grads, pointers
+from farm.runtime.children import run_in_child
 from farm.runtime.tensors import clone_values, describe_values, seed_all, to_cpu, to_device
 from farm.runtime.tolerance import as_output_list
 from farm.storage import Store
@@ -393,11 +393,11 @@ def generate_references(
 def _stop(pool: ThreadPoolExecutor) -> None:
     """The ops not started are dropped and the children in flight ended (their ops recorded as
     interrupted); children are allowed again after, unless a signal handler stopped them for good."""
-    already = isolation.stopping()
-    isolation.stop_children()
+    already = children.stopping()
+    children.stop_children()
     pool.shutdown(wait=True, cancel_futures=True)
     if not already:
-        isolation.allow_children()
+        children.allow_children()
 
 
 def reference_cases(setting: int, spec: DeviceSpec) -> int:

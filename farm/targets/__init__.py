@@ -7,7 +7,7 @@ Triton takes third-party backends; `farm run --target NAME` then runs the whole 
 
 The parent process (CLI, worker supervisor) never initialises a device: it only resolves a
 `DeviceSpec` and hands the child the environment that pins it. Device work happens in
-children (farm.runtime.isolation).
+children (farm.runtime.children).
 
 May import: farm.errors only (it is the lowest stage after the shared modules). The ascend
 target, defined with the rest of Ascend a stage above (farm.ascend.target), is loaded by name

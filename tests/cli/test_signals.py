@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM stop a long command within seconds wherever they land: at start-up
 (while the application imports), or while children make reference data. One line, no
 traceback from any process, exit 130 / 143, and the op in flight recorded as interrupted, not
-failed, so the next run makes it (farm.cli.main, farm.runtime.isolation.stop_children)."""
+failed, so the next run makes it (farm.cli.main, farm.runtime.children.stop_children)."""
 
 import json
 import os
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.runtime import isolation
+from farm.runtime import children
 from tests.conftest import REPO
 
 # forward writes a marker, then sleeps while FARM_TEST_SLOW is set: the signal lands mid-op
@@ -134,23 +134,23 @@ def _sleeper(report, seconds, marker=None):
 def test_stop_children_ends_children_in_flight_as_interrupted_and_allow_children_resumes(tmp_path):
     outcomes, marker = [], tmp_path / "sleeping"
     waiter = threading.Thread(target=lambda: outcomes.append(
-        isolation.run_in_child(_sleeper, (60, str(marker)), timeout_s=120)))
+        children.run_in_child(_sleeper, (60, str(marker)), timeout_s=120)))
     waiter.start()
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:  # the child is in its work, not starting
         time.sleep(0.05)
     assert marker.exists(), "the child never started"
     try:
-        isolation.stop_children()
+        children.stop_children()
         waiter.join(timeout=10)
         assert not waiter.is_alive()
         [outcome] = outcomes
         assert outcome.status == "interrupted" and not outcome.ok
         # while stopped, nothing new starts
-        assert isolation.run_in_child(_sleeper, (0,), timeout_s=30).status == "interrupted"
+        assert children.run_in_child(_sleeper, (0,), timeout_s=30).status == "interrupted"
     finally:
-        isolation.allow_children()
-    assert isolation.run_in_child(_sleeper, (0,), timeout_s=60).ok  # a new forkserver after the old one ended
+        children.allow_children()
+    assert children.run_in_child(_sleeper, (0,), timeout_s=60).ok  # a new forkserver after the old one ended
 
 
 # the signal lands where Python can only report an exception, not raise it: an at-fork hook

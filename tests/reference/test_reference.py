@@ -1,4 +1,4 @@
-"""`farm reference`: the .pt format, isolation of failing ops, skipping, the merged manifest."""
+"""`farm reference`: the .pt format, a failing op kept to its child process, skipping, the merged manifest."""
 
 import json
 import multiprocessing as mp

@@ -2,7 +2,7 @@
 turns it into a ModelNew candidate; both are used by farm.generators.inductor.generator).
 
 capture (child side, `capture_child`)
-    Runs in a child process pinned to the target (farm.runtime.isolation.run_in_child): loads the
+    Runs in a child process pinned to the target (farm.runtime.children.run_in_child): loads the
     task, builds the ground-truth module (Reference, else Model), compiles it with
     `torch.compile(mode=..., dynamic=False, fullgraph=True)` and runs it once on the task's
     inputs while hooks record

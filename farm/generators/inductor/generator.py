@@ -42,7 +42,7 @@ from farm.generators.inductor.assemble import interprets
 from farm.generators.inductor.capture import capture_child
 from farm.generators.inductor.dispatch import assemble_cases
 from farm.generators.inductor.layers import Unsupported
-from farm.runtime.isolation import run_in_child
+from farm.runtime.children import run_in_child
 from farm.targets import DeviceSpec, get_target, known, resolve_device
 
 log = logging.getLogger(__name__)

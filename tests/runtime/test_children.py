@@ -1,4 +1,4 @@
-"""Children through the forkserver (farm.runtime.isolation)."""
+"""Children through the forkserver (farm.runtime.children)."""
 
 import subprocess
 import sys
@@ -16,7 +16,7 @@ def test_a_child_starts_under_a_temp_dir_too_deep_for_a_unix_socket(tmp_path):
     deep.mkdir(parents=True)
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent("""
-        from farm.runtime.isolation import run_in_child
+        from farm.runtime.children import run_in_child
 
         def answer(report):
             return 42
