@@ -24,6 +24,7 @@ held to the same clock.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -36,11 +37,20 @@ OVERHEAD_FACTOR = 3.0
 SLACK_MS = 2.0
 
 
+def claimed_ms(samples: list[float], calls: int) -> float:
+    """The device time a round's samples claim for its `calls`: the median per call (the figure
+    a verdict rests on) times the calls. Not the samples' sum: a graph round's samples are per
+    call, one per replay of many calls, and a sum would leave a slow kernel's replays unclaimed
+    (a tune candidate 7x slower than the Model read as `cheat` on the H100); nor their mean, which
+    one inflated sample raises while the median, and the figure, stay forged."""
+    return statistics.median(samples) * calls
+
+
 @dataclass
 class Timed:
     who: str
     wall_ms: float  # the evaluator's clock, send to reply
-    claimed_ms: float  # the sum of the runner's samples
+    claimed_ms: float  # the device time the runner's figure implies for the round's calls
     calls: int  # timed calls (or graph replays x captured calls)
     mode: str
     exempt: bool  # its wall time holds work outside the harness's rounds (a capture, returned outputs)
@@ -55,6 +65,7 @@ class RoundClock:
 
     def time(self, who: str, mode: str, calls: int, call, exempt: bool = False):
         """Run `call()` (one round command) on the evaluator's clock; the reply gets `wall_ms`.
+        `calls`: the calls the round ran on the device (in a graph round, replays x captured calls).
         `exempt`: a round whose wall time also holds what no other round does (a graph's capture,
         which the evaluator knows happens in a runner's first graph round, or outputs sent back):
         timed and reported, not compared."""
@@ -67,7 +78,7 @@ class RoundClock:
                 reply.wall_ms = wall
             except AttributeError:  # a scripted reply (tests)
                 pass
-            self.rounds.append(Timed(who, wall, float(sum(samples)), calls, mode, exempt))
+            self.rounds.append(Timed(who, wall, claimed_ms(samples, calls), calls, mode, exempt))
         return reply
 
     def overhead_ms(self, mode: str, trusted: set[str]) -> float | None:

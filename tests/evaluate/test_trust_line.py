@@ -233,6 +233,44 @@ def test_a_runner_that_claims_less_time_than_the_evaluators_clock_saw_is_caught(
     assert "not measured on the calls it ran" in forged.check("candidate", {"Model", "Reference"})
 
 
+def _graph_rounds(candidate_ms: float, model_ms: float, median_ms: float | None = None,
+                  replays: int = 20, captured: int = 400, harness_ms: float = 1.5) -> RoundClock:
+    """Rounds of a graph comparison as a device runs them: each round replays a graph of
+    `captured` calls `replays` times; a sample is one replay's time per call."""
+    clock = RoundClock(lead_allowed=True)
+    for who in ("candidate", "Model", "candidate", "Reference", "candidate", "Model"):
+        per_call = candidate_ms if who == "candidate" else model_ms
+        claim = median_ms if (who == "candidate" and median_ms is not None) else per_call
+        samples = [claim] * (replays - 1) + [per_call * replays]  # one slow replay
+        reply = protocol.reply_for("time_round", {"ok": True, "samples": samples})
+        clock.time(who, "graph", replays * captured, lambda r=reply: r)
+        clock.rounds[-1].wall_ms = replays * captured * per_call + harness_ms
+    return clock
+
+
+def test_a_slow_honest_kernel_timed_in_graph_rounds_is_not_called_a_cheat():
+    # a graph round's samples are per call, one per replay of `captured` calls: a tune candidate
+    # 7x slower than a 3.5 us Model spent 20 x 400 x 25 us in each round and said so
+    slow = _graph_rounds(candidate_ms=0.025, model_ms=0.0035)
+    assert slow.check("candidate", {"Model", "Reference"}) == ""
+    assert _graph_rounds(candidate_ms=0.0035, model_ms=0.0035).check("candidate", {"Model", "Reference"}) == ""
+    # the same rounds with a rewritten clock: a per-call median 10x under what the replays took
+    forged = _graph_rounds(candidate_ms=0.025, model_ms=0.0035, median_ms=0.0025)
+    assert "not measured on the calls it ran" in forged.check("candidate", {"Model", "Reference"})
+
+
+def test_a_claim_is_the_median_the_verdict_uses_not_a_sum_one_sample_can_inflate():
+    # 19 forged samples 15x too fast and one huge one: their sum covers the round, their median,
+    # which is the figure, does not
+    clock = RoundClock(lead_allowed=False)
+    for who in ("candidate", "Model", "candidate", "Reference", "candidate"):
+        samples = [2.0] * 20 if who != "candidate" else [2.0 / 15] * 19 + [40.0]
+        reply = protocol.reply_for("time_round", {"ok": True, "samples": samples})
+        clock.time(who, "events", 20, lambda r=reply: r)
+        clock.rounds[-1].wall_ms = 40.0 + 1.0
+    assert "not measured on the calls it ran" in clock.check("candidate", {"Model", "Reference"})
+
+
 def test_a_claimed_speedup_the_independent_re_timing_does_not_confirm_is_not_promoted():
     independent = summarize([1.30, 1.31, 1.29, 1.30, 1.32, 1.28])
     ok, why = promotion({"model": independent, "null": None, "claimed": {"ratio": 1.33}}, model_runs=True)
