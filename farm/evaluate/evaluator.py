@@ -397,7 +397,8 @@ class Evaluator(TrustedSide, Comparison):
                               inplace_args=self.task.inplace_args)["stats"]["host_median_ms"]
 
         result.timing = timed_checks.check(reply, expected, self.tolerance, self.spec.target,
-                                           self.settings.unseen_work_ratio, recheck=host_again)
+                                           self.settings.unseen_work_ratio, recheck=host_again,
+                                           unverified=frozenset(probe_keys))
 
     # ------------------------------------------------------------ what a search asks besides verdicts
 

@@ -5,7 +5,7 @@ timed call launched Triton kernels on the timed stream from the calling thread, 
 verified answers, took measurable time, did not serve repeated inputs from a cache (probes on
 never-seen inputs, called inside the same batch) and, where the target's events time only the
 device (`Target.host_check`: CUDA), did no work the device events could not see. Each failure
-is a `cheat` verdict.
+is a `cheat` verdict, but for a wrong answer on a probe: a `mismatch`, as in verification.
 """
 
 from __future__ import annotations
@@ -26,19 +26,17 @@ CACHE_MIN_GAIN_MS = 0.1
 
 
 def check(reply: Reply | dict, cases: dict, tolerance, target, unseen_work_ratio: float,
-          recheck: Callable[[], float] | None = None) -> dict:
+          recheck: Callable[[], float] | None = None, unverified: frozenset[str] = frozenset()) -> dict:
     """The reply's stats, once every check passed; `cases` maps input-set key to expected outputs.
     `recheck()`: the host's time per call measured again, asked before host time alone makes a
-    candidate a cheat."""
+    candidate a cheat. `unverified`: keys of `cases` first shown to the candidate in this
+    timing (the probes)."""
     stats = reply["stats"]
     if reply["side_stream"] or reply["foreign_thread"]:
         raise Stop("cheat", "kernels ran outside the timed stream while being timed")
     if reply["launches"] < reply["min_calls"]:
         raise Stop("cheat", f"{reply['min_calls']} timed calls launched only {reply['launches']} Triton kernels")
-    for key, expected in cases.items():
-        got = reply["outputs"].get(key)
-        if got is None or not all_ok(compare_outputs(got, expected, tolerance)):
-            raise Stop("cheat", f"the timed calls on input set {key} did not compute the verified outputs")
+    check_outputs(reply["outputs"], cases, tolerance, unverified)
     if not stats["median_ms"] > 0:
         raise Stop("cheat", "the timer reports no time at all")
     # host-bound per-call figures time the host's launch path, not the call: a probe on new
@@ -61,6 +59,22 @@ def check(reply: Reply | dict, cases: dict, tolerance, target, unseen_work_ratio
             raise Stop("cheat", f"device events saw {dev:.3f} ms but each call took {host:.3f} ms: "
                                 "work ran where the timer could not see it")
     return stats
+
+
+def check_outputs(outputs: dict, cases: dict, tolerance, unverified: frozenset[str]) -> None:
+    """Each set's timed outputs against its truth. Wrong outputs on a set the candidate passed
+    verification on are a `cheat` (it computes something else when timed); on a probe, which
+    no verification saw, they are a `mismatch` like any other wrong answer: a kernel whose
+    rounding sits at the tolerance's edge (a demo/row_sum tile on the H100) meets it on one
+    more set, not a timer it fooled."""
+    for key, expected in cases.items():
+        got = outputs.get(key)
+        if got is not None and key in unverified:
+            if not all_ok(compare_outputs(got, expected, tolerance)):
+                raise Stop("mismatch", "a secret input set first seen when timed: the outputs are outside the "
+                                       "tolerance")
+        elif got is None or not all_ok(compare_outputs(got, expected, tolerance)):
+            raise Stop("cheat", f"the timed calls on input set {key} did not compute the verified outputs")
 
 
 def unseen_work(host_ms: float, device_ms: float, ratio: float) -> bool:

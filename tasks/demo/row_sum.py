@@ -23,6 +23,12 @@ SMALL_SHAPES = {"M": 7, "K": 300}
 
 TAGS = ("reduction", "memory-bound")
 
+# A row of 1024 fp32 values sums through partial sums up to ~100, where float32's unit is ~1e-5:
+# two correct accumulation orders differ by up to 3e-5 on the H100, so the default atol of 1e-5
+# failed the original Model on 2 of 500 fresh input sets and a tile-x32 tune candidate on 7
+# (bench/results/issue33/NOTES-2026-11-27.md, third part).
+TOLERANCE = {"float32": (1e-4, 1e-4)}
+
 
 @triton.jit
 def _row_sum_kernel(x_ptr, out_ptr, n_cols, stride_xm, BLOCK: tl.constexpr):

@@ -62,3 +62,26 @@ def test_host_time_alone_makes_a_cheat_only_when_measured_again(again, cheat):
     quiet = _reply(0.05, 0.0, 0.0)
     timed_checks.check(quiet, {}, None, CUDA, 4.0, recheck=recheck)  # no suspicion, nothing asked again
     assert len(asked) == (0 if again is None else 1)
+
+
+def test_a_wrong_answer_on_a_probe_is_a_mismatch_and_on_a_verified_set_a_cheat():
+    import torch
+
+    truth = [torch.ones(64)]
+    wrong = [torch.ones(64) + 1e-2]  # outside float32's tolerance
+    cases = {"seed0": truth, "seed3": truth}
+    reply = _reply(0.75, 0.8, 0.75)
+    reply["outputs"] = {"seed0": truth, "seed3": wrong}
+    with pytest.raises(Stop) as stop:  # seed3 was first shown to the candidate in this timing
+        timed_checks.check(reply, cases, None, CPU, 4.0, unverified=frozenset({"seed3"}))
+    assert stop.value.verdict == "mismatch" and "first seen when timed" in stop.value.reason
+    reply["outputs"] = {"seed0": wrong, "seed3": truth}  # it passed verification on seed0
+    with pytest.raises(Stop) as stop:
+        timed_checks.check(reply, cases, None, CPU, 4.0, unverified=frozenset({"seed3"}))
+    assert stop.value.verdict == "cheat" and "seed0" in stop.value.reason
+    reply["outputs"] = {"seed0": truth}  # a probe with no outputs at all returned nothing it was asked for
+    with pytest.raises(Stop) as stop:
+        timed_checks.check(reply, cases, None, CPU, 4.0, unverified=frozenset({"seed3"}))
+    assert stop.value.verdict == "cheat"
+    reply["outputs"] = {"seed0": truth, "seed3": truth}
+    assert timed_checks.check(reply, cases, None, CPU, 4.0, unverified=frozenset({"seed3"}))["median_ms"] == 0.75
