@@ -10,7 +10,7 @@ starter threads, and taking one has its thread start the next. A runner waiting 
 has run no candidate code; it may already hold the op's public input sets (`prime`), which
 every candidate is shown anyway. While the device is timed, runners that are starting or
 waiting are stopped like compile-ahead runners (farm.evaluate.quiet), so a start never shares
-the host with a timing.
+a small host with a timing (a host with cores to spare lets it run: quiet.stops_starts).
 
 Inside the sandbox, runners are forked by fork servers (farm.evaluate.forkserver,
 farm.evaluate.zygote) where one is idle or can be started ahead: a start is then a fork and a device context
@@ -60,6 +60,7 @@ class RunnerPool:
         self._threads: list[threading.Thread] = []
         self._cv = threading.Condition()
         self._quiet = quiet.for_device(spec.label, host_wide=not spec.target.interpret)
+        self._quiet_starts = quiet.stops_starts()
 
     def take(self) -> Runner:
         """A started runner that has run nothing; blocks while the next one starts. The first
@@ -100,7 +101,8 @@ class RunnerPool:
                     return
                 self.starting += 1
             box = Runner(self.spec, self.limits, self.boundary)
-            self._quiet.add(box)  # stopped while the device is timed, start included
+            if self._quiet_starts:
+                self._quiet.add(box)  # stopped while the device is timed, start included
             with self._cv:
                 self._inflight.add(box)
             try:
@@ -146,7 +148,8 @@ class RunnerPool:
         where none is idle); None: the runner starts afresh."""
         if not self.fork:
             return None
-        return forkserver.lend(self.spec, self.limits, self.boundary, start=start, quiet=self._quiet)
+        return forkserver.lend(self.spec, self.limits, self.boundary, start=start,
+                               quiet=self._quiet if self._quiet_starts else None)
 
     def drain(self) -> None:
         """Close the runners waiting here (started under another environment or configuration):

@@ -5,7 +5,7 @@ should not depend on how many candidates the compile-ahead runners (farm.evaluat
 compiling on the host's cores. While any process of the host holds a device for timing (the
 exclusive phase of farm.evaluate.lease), the runners registered here for that device are
 stopped with SIGSTOP, compilers included, and continued afterwards; their time limits do not
-count the stop. A timing in this process stops them at once; one in another process of the
+count the stop. Runners that are starting are stopped too, on a small host only. A timing in this process stops them at once; one in another process of the
 host is seen within POLL_S through the timing flag file the lease holds. Not stopped: the
 search's own threads, a generator's child, anything outside the farm.
 
@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how soon a timing in another process of the host stops this process's runners
 TIMING_CPU_ENV = "FARM_TIMING_CPU"  # the core timing runners share: a number, or "off" (placement left to the OS)
+# A candidate runner's start (a fork, a device context, the public input sets) is stopped beside a
+# timing only on a host with fewer cores than this: on the 64-core H100 host, starts beside the
+# timings changed no candidate's figure (medians within 1%), and stopping them left the pipelined
+# ops' candidates waiting for runners (bench/results/issue33/NOTES-2026-11-27.md); on a small host
+# a start takes the cores a timed forward's host work needs. Compiles are stopped everywhere.
+STARTS_BESIDE_TIMING_CPUS = 16
 
 
 class Pausable(Protocol):
@@ -103,6 +109,11 @@ class HostQuiet:
 
 _quiets: dict[str, HostQuiet] = {}
 _lock = threading.Lock()
+
+
+def stops_starts() -> bool:
+    """Whether runner starts are stopped while their device is timed (STARTS_BESIDE_TIMING_CPUS)."""
+    return len(os.sched_getaffinity(0)) < STARTS_BESIDE_TIMING_CPUS
 
 
 def for_device(label: str, host_wide: bool = True) -> HostQuiet:

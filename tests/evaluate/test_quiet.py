@@ -139,6 +139,7 @@ def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path,
     from farm.evaluate.ahead import CompileAhead
 
     monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(quiet, "STARTS_BESIDE_TIMING_CPUS", 1 << 20)  # a small host, whatever this one is
     cpu = resolve_device("cpu")
     pool = CompileAhead([cpu], 1, [], [], Limits(start_s=60), sandbox.current(), "cpu")
     try:
@@ -154,6 +155,36 @@ def test_compile_ahead_runners_are_stopped_while_their_device_is_timed(tmp_path,
     finally:
         pool.close()
     assert box not in quiet.for_device(cpu.label, host_wide=False).members
+
+
+@pytest.mark.parametrize("spare", [True, False], ids=["cores-to-spare", "small-host"])
+def test_a_runner_starts_beside_a_timing_only_on_a_host_with_cores_to_spare(tmp_path, monkeypatch, spare):
+    from farm.evaluate.pool import RunnerPool
+
+    monkeypatch.setenv(device_lease.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(quiet, "STARTS_BESIDE_TIMING_CPUS", 1 if spare else 1 << 20)
+    cpu = resolve_device("cpu")
+    host = quiet.for_device(cpu.label, host_wide=False)
+    pool = RunnerPool(cpu, Limits(start_s=60), sandbox.current(), size=1)
+    try:
+        with device_lease.for_device(cpu.label, host_wide=False).hold(device_lease.TIMING):
+            with pool._cv:
+                pool._spawn()
+                deadline = time.monotonic() + 60
+                while not pool.ready and not (not spare and pool._inflight) and time.monotonic() < deadline:
+                    pool._cv.wait(0.05)
+                starting = list(pool._inflight)
+            if spare:  # started, with the device held for timing all along
+                assert pool.ready and isinstance(pool.ready[0], Runner)
+                assert pool.ready[0] not in host.members
+            else:  # its start is stopped with the compilers until the timing lets go
+                assert starting and all(box in host.members for box in starting)
+        with pool._cv:
+            while not pool.ready:
+                pool._cv.wait(0.05)
+        assert isinstance(pool.ready[0], Runner)
+    finally:
+        pool.close()
 
 
 def _affinities(sb: Runner) -> set[frozenset[int]]:
