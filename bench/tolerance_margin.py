@@ -9,6 +9,7 @@ admits (bench/results/issue33/NOTES-2026-11-27.md, third part: demo/row_sum on t
 
 usage (repository root):
     python bench/tolerance_margin.py tasks/demo/row_sum.py --candidate CANDIDATE.py --sets 500 [--farm-defaults]
+    python bench/tolerance_margin.py tasks/demo/row_sum.py --tune 2 --sets 500   # tune's third initial candidate on cuda
 """
 
 from __future__ import annotations
@@ -63,15 +64,33 @@ def margin(task_path: Path, candidate: Path | None, sets: int, device: str, seed
             "tolerance": tolerance or "farm defaults", "misses": misses, "worst_abs_diff": worst}
 
 
+def tune_candidate(task_path: Path, index: int, target: str = "cuda") -> Path:
+    """The tune generator's `index`-th initial candidate for the task (0: the original Model;
+    on cuda 1 and 2: its tiles x8 and x32), written beside nothing the farm reads."""
+    import tempfile
+
+    from farm.generators import load_generator
+    from farm.generators.base import Context
+
+    ctx = Context(task_code=task_path.read_text(), op=task_path.stem, source=task_path.parent.name, target=target)
+    proposal = load_generator("tune").initial_candidates(ctx)[index]
+    print(f"tune candidate {index}: {proposal.note}", file=sys.stderr)
+    out = Path(tempfile.mkdtemp(prefix="tolerance-margin-")) / f"{task_path.stem}_tune{index}.py"
+    out.write_text(proposal.source)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("task", type=Path)
     ap.add_argument("--candidate", type=Path, default=None, help="a candidate file with ModelNew")
+    ap.add_argument("--tune", type=int, default=None, help="instead: the tune generator's initial candidate of this index")
     ap.add_argument("--sets", type=int, default=200)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--farm-defaults", action="store_true", help="the farm's default tolerance, not the task's TOLERANCE")
     args = ap.parse_args()
-    print(json.dumps(margin(args.task, args.candidate, args.sets, args.device, defaults=args.farm_defaults), indent=1))
+    candidate = tune_candidate(args.task, args.tune) if args.tune is not None else args.candidate
+    print(json.dumps(margin(args.task, candidate, args.sets, args.device, defaults=args.farm_defaults), indent=1))
 
 
 if __name__ == "__main__":
