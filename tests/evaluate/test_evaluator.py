@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -177,11 +177,11 @@ EXPLOITS: dict[str, tuple[set[str], bool]] = {
     "hang": ({"timeout"}, True),
     "crash_abort": ({"crash"}, True),
     "crash_segv": ({"crash"}, True),
-    "memory_hog": ({"crash"}, True),
     "print_flood": ({"crash"}, True),
 }
 # files with a test of their own below, and the verdicts their docstrings name
-DEDICATED = {"good_row_sum": {"pass"}, "poison_runner_restart": {"crash"}, "sabotage_cached_inputs": {"mismatch"}}
+DEDICATED = {"good_row_sum": {"pass"}, "poison_runner_restart": {"crash"}, "sabotage_cached_inputs": {"mismatch"},
+             "memory_hog": {"crash"}}
 
 TIMING_UNCHECKED = ("the timing stage neither checks the outputs of the timed calls nor counts their launches "
                     "(evaluator._time / runner_child.ChildRunner.time), and times on the public .pt inputs")
@@ -237,6 +237,21 @@ def test_exploit_gets_its_verdict_and_the_evaluator_survives(ev, name):
     assert ev.pool.taken == taken + reaches_dynamic + result.passed, "each candidate got a runner of its own"
     if name in STATEFUL:  # the next candidate's runner is another process; these check it end to end
         assert_good_passes(ev, name)
+
+
+def test_a_memory_hog_is_stopped_by_the_memory_watchdog_not_by_the_clock(refs):
+    """Under the module's 5 s run limit, a hog on a loaded 2-core host (2 GB written at a
+    second per GB or slower) met the clock first: `timeout`. With time to spare, only the
+    watchdog can stop it."""
+    settings = EvalSettings.for_device(CPU)
+    settings.limits = replace(LIMITS, compile_s=120, run_s=120, time_s=120)
+    evaluator = Evaluator(refs.task, refs.data, CPU, settings)
+    try:
+        result = evaluator.evaluate((CHEATS / "memory_hog.py").read_text(), "memory_hog.py")
+        assert result.verdict == "crash" and "exceeded the memory limit" in result.reason, result.reason
+        assert evaluator.candidates is None, "the candidate's runner went with it"
+    finally:
+        evaluator.close()
 
 
 def test_a_replaced_runner_does_not_run_code_planted_by_a_candidate(ev):
