@@ -22,6 +22,7 @@ import ctypes
 import errno
 import fcntl
 import gc
+import importlib
 import json
 import os
 import random
@@ -93,12 +94,24 @@ def serve(fd: int, device_label: str, memory_fraction: float, scratch: str) -> N
             _reply(sock, {"ok": False, "why": f"unknown or out-of-turn message {verb!r}"})
 
 
+# What a runner's first jit call imports (Triton's code generator and, with it, the gluon
+# dialect; the interpreter under TRITON_INTERPRET): about 0.1 s of a fresh runner's first call
+_FIRST_CALL = ("triton.compiler.code_generator",)
+_FIRST_CALL_INTERPRETED = ("triton.runtime.interpreter",)
+
+
 def warm_triton() -> None:
-    """What Triton computes once per process from its own files, computed here so every fork
-    has it: the key of its build (a sha256 over libtriton, 400 MB in a CUDA wheel: about a
-    second of every fresh runner's first compile). Files only, never the device; nothing under
-    the interpreter, which compiles nothing."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    """What Triton loads or computes once per process from its own files, done here so every
+    fork has it: the modules of a first jit call, and the key of its build (a sha256 over
+    libtriton, 400 MB in a CUDA wheel: about a second of every fresh runner's first compile;
+    not under the interpreter, which compiles nothing). Files only, never the device."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    for name in _FIRST_CALL + (_FIRST_CALL_INTERPRETED if interpreted else ()):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another Triton's layout: its first call imports what it needs
+            pass
+    if interpreted:
         return
     try:
         from triton.runtime.cache import triton_key

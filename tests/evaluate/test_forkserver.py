@@ -252,8 +252,11 @@ WARM = r'''
 import os, sys
 from triton.runtime.cache import triton_key
 from farm.evaluate import zygote
+before = set(sys.modules)
 zygote.warm_triton()
 print(triton_key.cache_info().currsize)
+print(" ".join(sorted(m for m in zygote._FIRST_CALL + zygote._FIRST_CALL_INTERPRETED if m in sys.modules)))
+print("triton.compiler.code_generator" in before)
 '''
 
 
@@ -266,7 +269,11 @@ def test_a_server_computes_triton_s_key_of_its_own_build_once_for_every_fork(tmp
 
     env = {**os.environ, "TRITON_INTERPRET": interpret}
     done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, timeout=120, check=True)
-    assert done.stdout.split() == (["0"] if interpret else ["1"])
+    key, *imported, generator_before = done.stdout.split()
+    assert key == ("0" if interpret else "1") and generator_before == "False"
+    # and what a first jit call imports: the code generator; the interpreter where it runs
+    assert imported == (["triton.compiler.code_generator", "triton.runtime.interpreter"] if interpret
+                        else ["triton.compiler.code_generator"]), done.stdout
 
 
 def test_servers_start_two_at_a_time_on_a_small_machine_and_more_on_a_large_host():
