@@ -52,12 +52,21 @@ def _short_temp_dir() -> None:
     util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-100)
 
 
+def preload() -> list[str]:
+    """What the forkserver imports for its children. torch; and where Triton's interpreter is
+    already chosen in this process's environment (a cpu worker, CI), torch._dynamo: torch imports
+    it on a task's first op on the meta device (the memory guard, farm.corpus.shapes), 1.7
+    CPU-seconds in every child otherwise. It brings Triton along, which fixes its language at
+    import: before TRITON_INTERPRET is set, a child's interpreted kernels would fail."""
+    return ["torch", "torch._dynamo"] if os.environ.get("TRITON_INTERPRET") == "1" else ["torch"]
+
+
 def _context():
     global _CONTEXT
     if _CONTEXT is None:
         _short_temp_dir()
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch"])
+        ctx.set_forkserver_preload(preload())
         _CONTEXT = ctx
     return _CONTEXT
 
