@@ -83,8 +83,10 @@ class RoundClock:
 
     def overhead_ms(self, mode: str, trusted: set[str]) -> float | None:
         """What the trusted harness spent outside its timed calls in a round of `mode` (the
-        median: one round stalled by a busy host says nothing about the harness)."""
-        seen = sorted(r.wall_ms - r.claimed_ms for r in self.rounds
+        median: one round stalled by a busy host says nothing about the harness). Never below
+        zero: a claim a little over the wall time (a median above the mean) is no negative
+        work, and a negative overhead would count against the candidate."""
+        seen = sorted(max(0.0, r.wall_ms - r.claimed_ms) for r in self.rounds
                       if r.who in trusted and r.mode == mode and not r.exempt)
         return seen[(len(seen) - 1) // 2] if seen else None
 

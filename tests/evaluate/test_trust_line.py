@@ -259,6 +259,16 @@ def test_a_slow_honest_kernel_timed_in_graph_rounds_is_not_called_a_cheat():
     assert "not measured on the calls it ran" in forged.check("candidate", {"Model", "Reference"})
 
 
+def test_a_trusted_claim_above_its_wall_time_counts_as_no_overhead_not_a_negative_one():
+    clock = RoundClock(lead_allowed=False)
+    for who in ("candidate", "Model", "candidate", "Model", "candidate"):
+        reply = protocol.reply_for("time_round", {"ok": True, "samples": [0.01] * 4})
+        clock.time(who, "graph", 400, lambda r=reply: r)  # 4 ms claimed by each
+        clock.rounds[-1].wall_ms = 4.5 if who == "candidate" else 0.5  # a scripted Model's claim over its wall
+    assert clock.overhead_ms("graph", {"Model"}) == 0.0
+    assert clock.check("candidate", {"Model"}) == ""
+
+
 def test_a_claim_is_the_median_the_verdict_uses_not_a_sum_one_sample_can_inflate():
     # 19 forged samples 15x too fast and one huge one: their sum covers the round, their median,
     # which is the figure, does not
