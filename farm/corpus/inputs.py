@@ -36,15 +36,31 @@ def filled_uninitialised_memory():
 
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.utils.deterministic.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)  # warn_only: no op of get_inputs() is refused
+    _deterministic(True, warn_only=True)  # warn_only: no op of get_inputs() is refused
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        _deterministic(before[0], warn_only=before[1])
         torch.utils.deterministic.fill_uninitialized_memory = before[2]
+
+
+def _deterministic(mode: bool, warn_only: bool) -> None:
+    """torch.use_deterministic_algorithms without its import of Inductor's config, there only to
+    set Inductor's own flag (torch._dynamo and Triton come with it: about 2 CPU-seconds of every
+    `farm run` and task child that draws inputs; nothing compiles while they are drawn). Where
+    Inductor is loaded already, or torch lacks the setter, the public call."""
+    import sys
+
+    import torch
+
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        setter(mode, warn_only=warn_only)
 
 
 def draw_seeded(task: taskfiles.Task, seed: int) -> list:

@@ -2,6 +2,7 @@
 reference-data mode), corpus.akg_root, and the existing tools' command forms."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +140,30 @@ def test_torch_empty_buffers_are_drawn_deterministically(tmp_path):
     import torch
 
     assert not torch.are_deterministic_algorithms_enabled()  # the setting is restored afterwards
+
+
+DRAW_ALONE = """
+import sys
+from farm.corpus import opcheck, tasks as taskfiles
+task = taskfiles.load_task(taskfiles.ref_from_file(sys.argv[1]), "small")
+a = opcheck.draw_inputs(task, 3)
+print(bool(a[1].isnan().all()), "torch._inductor.config" in sys.modules)
+"""
+
+
+def test_drawing_inputs_does_not_load_inductor(tmp_path):
+    """torch.use_deterministic_algorithms imports Inductor's config (and torch._dynamo and
+    Triton with it) to set a flag of Inductor's: about 2 CPU-seconds of every process that
+    draws inputs, for nothing that compiles."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_task(tmp_path / "t", "scale_into_empty", akg_style.EMPTY_BUFFER)
+    done = subprocess.run([sys.executable, "-c", DRAW_ALONE, str(path)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                          check=True)
+    assert done.stdout.split() == ["True", "False"], done.stderr[-2000:]
 
 
 def test_trial_verdicts_are_remembered_per_file_content(tmp_path):
