@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch at call time: `farm --help` and the light commands import this module without it
+    import torch
 
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
     # dtype: (atol, rtol)
@@ -102,6 +103,8 @@ def compare_outputs(actual: list, expected: list, tolerance: dict | None = None)
 
 
 def _compare_one(index: str, a: Any, e: Any, tolerance: dict | None) -> list[OutputCheck]:
+    import torch
+
     if isinstance(e, (list, tuple)):
         if not isinstance(a, (list, tuple)) or len(a) != len(e):
             return [OutputCheck(index, False, "sequence", reason=f"expected a sequence of {len(e)}, got {_kind(a)}")]
@@ -115,6 +118,8 @@ def _compare_one(index: str, a: Any, e: Any, tolerance: dict | None) -> list[Out
 
 
 def _kind(value: Any) -> str:
+    import torch
+
     if isinstance(value, torch.Tensor):
         return f"tensor {tuple(value.shape)} {dtype_name(value.dtype)}"
     return type(value).__name__
@@ -133,6 +138,8 @@ def _compare_scalar(index: str, a: Any, e: Any) -> OutputCheck:
 
 
 def compare_tensor(index: str, a: Any, e: torch.Tensor, tolerance: dict | None = None) -> OutputCheck:
+    import torch
+
     shape, dtype = list(e.shape), dtype_name(e.dtype)
     fail = lambda why: OutputCheck(index, False, "tensor", shape, dtype, reason=why)  # noqa: E731
     if not isinstance(a, torch.Tensor):
@@ -160,6 +167,8 @@ CHUNK_ELEMENTS = 1 << 24
 
 
 def _compare_float(index: str, a: torch.Tensor, e: torch.Tensor, tolerance: dict | None) -> OutputCheck:
+    import torch
+
     shape, dtype = list(e.shape), dtype_name(e.dtype)
     atol, rtol = tolerance_for(e.dtype, tolerance)
     a, e = a.reshape(-1), e.reshape(-1)
@@ -192,6 +201,8 @@ def _compare_float(index: str, a: torch.Tensor, e: torch.Tensor, tolerance: dict
 def _describe_failure(index: str, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> OutputCheck:
     """The failing comparison again, element kinds apart, in float64: slow, and run only for a
     verdict that needs its reason."""
+    import torch
+
     shape, dtype = list(e.shape), dtype_name(e.dtype)
     nan_differ = finite_n = n_bad = 0
     inf_differ = False
