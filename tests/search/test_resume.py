@@ -149,6 +149,8 @@ def test_a_signal_mid_run_leaves_a_consistent_store_that_resumes(mini, tmp_path,
     assert not list((tmp_path / "tmp").glob("farm-sandbox-*"))  # the evaluator's folders went with it
     kept = {r["id"] for r in state["db"]["records"] if r["verdict"] != "pending"}
     assert kept
+    if sig != signal.SIGINT:
+        return  # the store each signal leaves is checked above; resuming from it, once below
     # the next run resumes from the checkpoint and finishes
     proc = _farm(tmp_path, *args, "--json")
     out, err = proc.communicate(timeout=300)
