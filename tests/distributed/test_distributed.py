@@ -154,13 +154,15 @@ def test_submit_wait_fetch_end_to_end_over_s3(cluster, s3_server, tmp_path, cli,
                                                                             "reference-search-cpu-1"]
     assert all(w["queues"] == ["reference.cpu", "search.cpu"] for w in workers["workers"])
 
-    # one chunk per op: the chunks that continue a search, across workers, are the fault tests' subject
-    done = c.farm("submit", "--source", "demo", "--target", "cpu", "--max-tasks", "2", "--run", "e2e", "--wait")
+    # one chunk per op: the chunks that continue a search, across workers, are the fault tests' subject;
+    # two ops, one for each worker
+    done = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--ops", "vector_add_scale", "--target", "cpu",
+                  "--max-tasks", "2", "--run", "e2e", "--wait")
     assert done.returncode == 0, done.stderr + done.stdout
-    assert done.stdout.splitlines()[0] == "e2e" and "3/3 ops finished" in done.stdout
+    assert done.stdout.splitlines()[0] == "e2e" and "2/2 ops finished" in done.stdout
     store = s3_server.store("farm")
     view = assert_complete_and_unique(store, "e2e", 2)
-    assert view["totals"]["passed"] >= 3 and {r["reference"] for r in view["ops"]} <= {"generated", "current"}
+    assert view["totals"]["passed"] >= 2 and {r["reference"] for r in view["ops"]} <= {"generated", "current"}
     assert all(r["worker"].startswith("reference-search-cpu-") for r in view["ops"])
     # both workers took part
     assert {d for d, _, _ in c.evaluated("e2e")} == {0, 1}
@@ -172,8 +174,7 @@ def test_submit_wait_fetch_end_to_end_over_s3(cluster, s3_server, tmp_path, cli,
     fetched = c.farm("fetch", "--latest", "--out", str(out), "--json")
     assert fetched.returncode == 0, fetched.stderr
     index = json.loads((out / "index.json").read_text())
-    assert [k["module"] for k in index["kernels"]] == ["cpu.demo.row_sum", "cpu.demo.swiglu",
-                                                       "cpu.demo.vector_add_scale"]
+    assert [k["module"] for k in index["kernels"]] == ["cpu.demo.row_sum", "cpu.demo.vector_add_scale"]
     readme = (out / "README.md").read_text()
     assert "from cpu.demo.row_sum import ModelNew" in readme and "fresh" in readme and "speedup" in readme
     # submit --wait published the run's report into the store (S3 here); fetch brought it home
@@ -203,11 +204,11 @@ def test_search_worker_killed_mid_chunk_completes_elsewhere(cluster, tmp_path):
     """SIGKILL of a whole worker (supervisor, Celery, pool process) in the middle of a chunk:
     Redis hands the unacked chunk out again after the visibility timeout, the other worker
     resumes from the last checkpoint; at most that chunk's work is lost, nothing counted twice."""
-    c = cluster(FARM_QUEUE_CHUNK_CANDIDATES="3", **REDELIVER)
+    c = cluster(FARM_QUEUE_CHUNK_CANDIDATES="2", **REDELIVER)
     c.start_worker(0)
     c.start_worker(1)
     c.wait_ready()
-    sub = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--target", "cpu", "--max-tasks", "6",
+    sub = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--target", "cpu", "--max-tasks", "4",
                  "--run", "kill", "--generators", "tune")
     assert sub.returncode == 0, sub.stderr
     victim = wait_until(lambda: next(iter(c.evaluated("kill")), None), 90, "a first evaluation")[0]
@@ -216,12 +217,12 @@ def test_search_worker_killed_mid_chunk_completes_elsewhere(cluster, tmp_path):
 
     store = open_store(c.env["FARM_STORE"])
     wait_until(lambda: summarize(store, "kill")["status"] == "finished", 240, "the run to finish", every=1)
-    assert_complete_and_unique(store, "kill", 6)
+    assert_complete_and_unique(store, "kill", 4)
     st = op_status(store, "kill", "demo", "row_sum")
     assert st["worker"].startswith(f"reference-search-cpu-{survivor}@") and st["redeliveries"] >= 1
     evaluated = c.evaluated("kill")
     lost = len(evaluated) - summarize(store, "kill")["totals"]["tried"]
-    assert 1 <= lost <= 3, evaluated  # the killed chunk's evaluations, and no more
+    assert 1 <= lost <= 2, evaluated  # the killed chunk's evaluations (2 candidates a chunk), and no more
     redone = [cand for d, _, cand in evaluated if d == victim]
     assert all(cand in {x for d, _, x in evaluated if d == survivor} for cand in redone)  # ids reused: resumed
     assert store.read_json("runs/kill/demo/row_sum/state.json")["chunks_done"] >= 2
@@ -253,8 +254,7 @@ def test_s3_unavailable_for_a_while(cluster, s3_server, flaky_proxy, monkeypatch
     url = f"s3://{s3_server.bucket}/farm"
     c = cluster(FARM_STORE=url, FARM_S3_ENDPOINT_URL=flaky_proxy.endpoint, FARM_S3_MAX_ATTEMPTS="2",
                 FARM_S3_CONNECT_TIMEOUT_S="1", FARM_S3_READ_TIMEOUT_S="5")
-    c.start_worker(0)
-    c.start_worker(1)
+    c.start_worker(0)  # one worker: the outage and its retries are the subject, not spreading
     c.wait_ready()
     sub = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--target", "cpu", "--max-tasks", "4",
                  "--run", "s3down", "--generators", "tune")
@@ -263,7 +263,7 @@ def test_s3_unavailable_for_a_while(cluster, s3_server, flaky_proxy, monkeypatch
     wait_until(lambda: c.evaluated("s3down"), 180, "the search to start")
     flaky_proxy.stop()
     # down until a task has met the outage and been put off (its next write fails: a candidate's time)
-    wait_until(lambda: re.search(r"retry \d+/10 in", c.log(0) + c.log(1)), 120, "the outage to be noticed")
+    wait_until(lambda: re.search(r"retry \d+/10 in", c.log(0)), 120, "the outage to be noticed")
     flaky_proxy.start()
     wait_until(lambda: summarize(store, "s3down")["status"] == "finished", 180, "the run to finish", every=1)
     assert_complete_and_unique(store, "s3down", 4)
@@ -273,7 +273,7 @@ def test_same_run_submitted_twice_does_no_work_twice(cluster):
     c = cluster()
     c.start_worker(0)
     c.start_worker(1)
-    args = ("submit", "--source", "demo", "--ops", "row_sum", "--ops", "swiglu", "--target", "cpu",
+    args = ("submit", "--source", "demo", "--ops", "row_sum", "--target", "cpu",
             "--max-tasks", "2", "--run", "twice", "--generators", "tune")
     first = c.farm(*args)
     second = c.farm(*args)  # before any worker is ready: every task is in the queue twice
@@ -286,7 +286,7 @@ def test_same_run_submitted_twice_does_no_work_twice(cluster):
     evaluated = c.evaluated("twice")
     assert len(evaluated) == len(set(evaluated)) == view["totals"]["tried"]  # each candidate evaluated once
     logs = c.log(0) + c.log(1)
-    assert logs.count("'reference': 'generated'") == 2  # one reference run per op
+    assert logs.count("'reference': 'generated'") == 1  # one reference run for the op, queued twice
     assert "'skipped': 'done already'" in logs
     third = c.farm(*args[:-2], "--generators", "tune,port")
     assert third.returncode == 2 and "exists with other parameters (generators)" in third.stderr
@@ -298,8 +298,9 @@ def test_cancel_stops_the_run(cluster):
     c = cluster()
     c.start_worker(0)
     c.wait_ready()
-    sub = c.farm("submit", "--source", "demo", "--target", "cpu", "--max-tasks", "40", "--run", "stopme",
-                 "--generators", "tune")
+    # two ops on one worker: one op's task waits in the queue while the other runs, and cancel deletes it
+    sub = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--ops", "vector_add_scale", "--target", "cpu",
+                 "--max-tasks", "40", "--run", "stopme", "--generators", "tune")
     assert sub.returncode == 0, sub.stderr
     wait_until(lambda: c.evaluated("stopme"), 90, "the search to start")
     cancelled = c.farm("cancel", "stopme")
@@ -314,7 +315,7 @@ def test_cancel_stops_the_run(cluster):
     view = summarize(store, "stopme")
     assert view["status"] == "cancelled" and {r["phase"] for r in view["ops"]} == {"cancelled"}
     tried = len(c.evaluated("stopme"))
-    assert view["totals"]["tried"] <= tried < 3 * 40
+    assert view["totals"]["tried"] <= tried < 2 * 40
     time.sleep(3)
     assert len(c.evaluated("stopme")) == tried  # nothing runs after it
 

@@ -69,19 +69,19 @@ def test_a_killed_workers_chunk_is_taken_over_in_seconds_not_the_visibility_time
     lapses, the other worker's reconciler drops the dead message and publishes the chunk again,
     counted as a redelivery; the run finishes within a minute or two."""
     c = Cluster(tmp_path, {"FARM_QUEUE_BROKER_URL": redis_server.url(), **QUICK,
-                           "FARM_QUEUE_VISIBILITY_TIMEOUT_S": "7200", "FARM_QUEUE_CHUNK_CANDIDATES": "3"})
+                           "FARM_QUEUE_VISIBILITY_TIMEOUT_S": "7200", "FARM_QUEUE_CHUNK_CANDIDATES": "2"})
     try:
         c.start_worker(0)
         c.start_worker(1)
         c.wait_ready()
-        sub = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--target", "cpu", "--max-tasks", "6",
+        sub = c.farm("submit", "--source", "demo", "--ops", "row_sum", "--target", "cpu", "--max-tasks", "4",
                      "--run", "takeover", "--generators", "tune")
         assert sub.returncode == 0, sub.stderr
         victim = wait_until(lambda: next(iter(c.evaluated("takeover")), None), 90, "a first evaluation")[0]
         c.kill(victim)
         store = open_store(c.env["FARM_STORE"])
         wait_until(lambda: summarize(store, "takeover")["status"] == "finished", 120, "the run to finish", every=1)
-        assert_complete_and_unique(store, "takeover", 6)
+        assert_complete_and_unique(store, "takeover", 4)
         st = op_status(store, "takeover", "demo", "row_sum")
         assert st["worker"].startswith(f"reference-search-cpu-{1 - victim}@")
         assert st["redeliveries"] >= 1 and "its worker died" in st["recovered"][-1]["reason"]
