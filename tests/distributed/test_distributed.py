@@ -310,7 +310,7 @@ def test_cancel_stops_the_run(cluster):
         view = json.loads(c.farm("workers", "--json").stdout)
         return all(w["state"] == "idle" for w in view["workers"]) and not any(view["waiting"].values())
 
-    wait_until(idle, 60, "the worker to go idle", every=1)
+    wait_until(idle, 60, "the worker to go idle", every=2)  # each look is a `farm` process: about 1 CPU-s
     store = open_store(c.env["FARM_STORE"])
     view = summarize(store, "stopme")
     assert view["status"] == "cancelled" and {r["phase"] for r in view["ops"]} == {"cancelled"}
