@@ -173,12 +173,13 @@ def test_a_runner_starts_beside_a_timing_only_on_a_host_with_cores_to_spare(tmp_
                 deadline = time.monotonic() + 60
                 while not pool.ready and not (not spare and pool._inflight) and time.monotonic() < deadline:
                     pool._cv.wait(0.05)
-                starting = list(pool._inflight)
+                # a fork from an idle server can start and be ready between two looks
+                boxes = list(pool._inflight) + [r for r in pool.ready if isinstance(r, Runner)]
             if spare:  # started, with the device held for timing all along
                 assert pool.ready and isinstance(pool.ready[0], Runner)
                 assert pool.ready[0] not in host.members
-            else:  # its start is stopped with the compilers until the timing lets go
-                assert starting and all(box in host.members for box in starting)
+            else:  # its start is one of the quiet's members, stopped with the compilers
+                assert boxes and all(box in host.members for box in boxes)
         with pool._cv:
             while not pool.ready:
                 pool._cv.wait(0.05)
