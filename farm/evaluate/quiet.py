@@ -113,7 +113,8 @@ _lock = threading.Lock()
 
 def stops_starts() -> bool:
     """Whether runner starts are stopped while their device is timed (STARTS_BESIDE_TIMING_CPUS)."""
-    return len(os.sched_getaffinity(0)) < STARTS_BESIDE_TIMING_CPUS
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # not Linux
+    return cores < STARTS_BESIDE_TIMING_CPUS
 
 
 def for_device(label: str, host_wide: bool = True) -> HostQuiet:
