@@ -5,8 +5,9 @@ should not depend on how many candidates the compile-ahead runners (farm.evaluat
 compiling on the host's cores. While any process of the host holds a device for timing (the
 exclusive phase of farm.evaluate.lease), the runners registered here for that device are
 stopped with SIGSTOP, compilers included, and continued afterwards; their time limits do not
-count the stop. Runners that are starting are stopped too, on a small host only. A timing in this process stops them at once; one in another process of the
-host is seen within POLL_S through the timing flag file the lease holds. Not stopped: the
+count the stop. Runners that are starting are stopped too, on a small host only. A timing in
+this process stops them at once; one in another process of the host is seen within POLL_S
+through the timing flag file the lease holds. Not stopped: the
 search's own threads, a generator's child, anything outside the farm.
 
 One core for the timers (`timing_cpu`): while the interleaved rounds of a ratio are timed, the
