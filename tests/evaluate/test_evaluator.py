@@ -150,7 +150,8 @@ def test_correct_kernel_passes_with_errors_timing_and_speedups(ev):
 SANDBOXED = sandbox.probe().on  # evaluator.sandbox=auto: bubblewrap where it works (CI installs it)
 # name: (acceptable verdicts, whether it gets past the static checks)
 EXPLOITS: dict[str, tuple[set[str], bool]] = {
-    "cache_by_data_ptr": ({"cheat"}, True),
+    # mismatch where the ghost replay's clone and a later run's get one address (the exploit's docstring)
+    "cache_by_data_ptr": ({"cheat", "mismatch"}, True),
     "cache_by_shape": ({"cheat"}, True),
     "cache_by_identity": ({"cheat"}, True),
     "lazy_after_verification": ({"cheat"}, True),

@@ -9,7 +9,10 @@ and again and times cache hits. (Keyed on data_ptr alone, the cache also hits wh
 allocator reuses an address for the fresh inputs: then the evaluator says cheat, or, when
 the addresses happen to differ, pass: a coin toss.)
 
-Expected verdict: cheat (outputs cached across calls; the timed calls did no kernel work).
+Expected verdict: cheat (outputs cached across calls; the timed calls did no kernel work), or
+mismatch: the ghost replay (every launch skipped, outputs left as the runner's junk) runs on a
+clone of the last fresh input set, and when the allocator gives that set's real run a clone at
+the same address, the cache hands back the ghost's junk. Never pass.
 """
 import torch
 import torch.nn as nn
