@@ -199,24 +199,28 @@ def starters(cpus: int | None) -> int:
 _STARTER = ThreadPoolExecutor(max_workers=starters(os.cpu_count()), thread_name_prefix="fork-server-start")  # threads that stay
 
 
-def _same(server: ForkServer, spec: DeviceSpec, limits: Limits, boundary: Boundary) -> bool:
-    return server.spec.label == spec.label and server.boundary == boundary and server.limits == limits
+def _same(server: ForkServer, spec: DeviceSpec, limits: Limits, boundary: Boundary, read_only: tuple) -> bool:
+    return (server.spec.label == spec.label and server.boundary == boundary and server.limits == limits
+            and server.read_only == read_only)
 
 
 def lend(spec: DeviceSpec, limits: Limits, boundary: Boundary, start: bool = True,
-         quiet: Any = None) -> ForkServer | None:
+         quiet: Any = None, read_only: tuple = ()) -> ForkServer | None:
     """An idle fork server for runners of `spec` under `limits`, lent until its runner releases
     it; with `start`, a new one where none is idle (seconds: the imports its children will not
-    pay), else None. `quiet` (farm.evaluate.quiet) stops a start while the device is timed."""
+    pay), else None. `quiet` (farm.evaluate.quiet) stops a start while the device is timed.
+    `read_only`: what its sandbox shows besides the Python environment; candidates' servers
+    show nothing more, a trusted runner's its task's folder, so the two never share one."""
+    read_only = tuple(read_only)
     with _LOCK:
         _SERVERS[:] = [s for s in _SERVERS if s.busy or s.alive]
         for server in _SERVERS:
-            if not server.busy and server.alive and _same(server, spec, limits, boundary):
+            if not server.busy and server.alive and _same(server, spec, limits, boundary, read_only):
                 server.busy = True
                 return server
         if not start:
             return None
-        server = ForkServer(spec, limits, boundary)
+        server = ForkServer(spec, limits, boundary, read_only=read_only)
         server.busy = True
         _SERVERS.append(server)
     if quiet is not None:

@@ -35,7 +35,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from farm.evaluate import builds, pids, protocol, sandbox, wire
 from farm.evaluate.proctree import pin_tree, rss_mb, signal_tree
@@ -139,6 +139,8 @@ class Runner:
         self.device_info: dict = {}
         self.build_sock: socket.socket | None = None  # to the trusted builder (farm.evaluate.builds)
         self.server: Any = None  # the fork server (farm.evaluate.forkserver) lent for the next start
+        # where a start finds no server lent, one to ask for (the trusted runner's: farm.evaluate.trusted)
+        self.fork_from: Callable[[], Any] | None = None
         self.closed = False  # closed for good: never started again (a pool closing under a start)
         self._paused_since: float | None = None  # stopped by pause() since then
         self._paused_s = 0.0  # seconds stopped so far: time limits do not count them
@@ -222,6 +224,8 @@ class Runner:
         gone: started afresh), else a new interpreter. `build_sock`: its end of the socket to
         the trusted builder of Triton's C helpers (farm.evaluate.builds)."""
         server, self.server = self.server, None
+        if server is None and self.fork_from is not None:
+            server = self.fork_from()
         build_fd = build_sock.fileno() if build_sock is not None else None
         if server is not None:
             env.update(self.spec.target.sandbox_env(self.spec.index))

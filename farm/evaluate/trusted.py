@@ -5,13 +5,14 @@ uses the Evaluator's settings, task and lease."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import Any
 
 from farm.corpus.inputs import draw_inputs
 from farm.errors import FarmError
+from farm.evaluate import forkserver, profiles, verified
 from farm.evaluate import lease as device_lease
-from farm.evaluate import profiles, verified
 from farm.evaluate.protocol import Reply
 from farm.evaluate.result import REASON_CHARS
 from farm.evaluate.result import nbytes as _nbytes
@@ -27,8 +28,13 @@ class TrustedSide(EvaluatorState):
 
     def _new_trusted(self) -> Runner:
         """A trusted runner: the task file runs there; it may import from its folder, and
-        nothing else it needs."""
+        nothing else it needs. Inside the sandbox it is forked by a fork server of its own
+        (one that shows the task's folder, never lent to a candidate), kept for the next
+        evaluator of an op in that folder: each chunk of a search, each op of a source."""
         box = Runner(self.spec, self.settings.limits, self.boundary, read_only=(self.ref.path.resolve().parent,))
+        if self.boundary.on:  # without the sandbox a fork would share the host's view (as the pool's)
+            box.fork_from = functools.partial(forkserver.lend, self.spec, self.settings.limits, self.boundary,
+                                              read_only=box.read_only)
         self._configure(box)
         return box
 

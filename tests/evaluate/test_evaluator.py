@@ -370,6 +370,29 @@ def test_correct_kernel_with_nan_outputs_passes(tmp_path):
 # ---------------------------------------------------------------- secrets and the protocol
 
 
+def test_the_trusted_runner_is_forked_by_a_server_of_its_folder_kept_for_the_next_evaluator(refs):
+    """The trusted runner costs a fork, not an interpreter and `import torch`, from the second
+    evaluator of an op in a folder on (every chunk of a search, every op of a source); its
+    server shows the task's folder (never lent to a candidate's runner: test_forkserver)."""
+    from farm.evaluate import forkserver
+    from farm.evaluate.forkserver import ForkedChild
+
+    if not SANDBOXED:
+        pytest.skip("runners are forked inside the sandbox only")
+    settings = EvalSettings.for_device(CPU)
+    settings.limits = LIMITS
+    folder = refs.task.path.resolve().parent
+    servers = []
+    for _ in range(2):
+        with Evaluator(refs.task, refs.data, CPU, settings) as evaluator:
+            assert evaluator.evaluate(GOOD, "good_row_sum.py").passed
+            trusted = evaluator.trusted
+            assert isinstance(trusted.proc, ForkedChild) and trusted.server.read_only == (folder,)
+            servers.append(trusted.server)
+    assert servers[0] is servers[1] and servers[0].forks >= 2
+    assert servers[0] in forkserver._SERVERS and not servers[0].busy  # kept, idle, for the next
+
+
 def test_candidate_environment_has_no_secrets(ev, refs, monkeypatch, tmp_path):
     secrets = {"AWS_SECRET_ACCESS_KEY": "sentinel-aws-secret", "AWS_ACCESS_KEY_ID": "sentinel-aws-id",
                "FARM_LLM_API_KEY": "sentinel-llm", "FARM_STORE": refs.store_url, "OPENAI_API_KEY": "sentinel-openai",

@@ -167,7 +167,8 @@ def test_a_system_v_object_left_behind_retires_the_server(server):
 
 def test_pools_fork_their_runners_from_servers_the_process_keeps():
     """The servers outlive an op's pool: the next op's first runner is forked too (an op of four
-    candidates paid the imports of its own servers and gained nothing on an H100)."""
+    candidates paid the imports of its own servers and gained nothing on an H100); an op's very
+    first runner is forked by a server started for it, which stays for the next."""
     found = sandbox.probe()
     kinds = []
     for _ in range(2):  # two ops, one after the other
@@ -180,7 +181,7 @@ def test_pools_fork_their_runners_from_servers_the_process_keeps():
         finally:
             pool.close()
     try:
-        assert kinds[1:] == ["ForkedChild"] * 5, kinds
+        assert kinds == ["ForkedChild"] * 6, kinds  # the first too: from a server started for it
         kept = [s for s in forkserver._SERVERS if s.limits == LIMITS]
         for _ in range(100):  # a starter thread cut short by close() gives its server back after
             if not any(s.busy for s in kept):
@@ -191,6 +192,26 @@ def test_pools_fork_their_runners_from_servers_the_process_keeps():
     finally:
         forkserver.close_idle()
     assert not forkserver._SERVERS
+
+
+def test_a_server_that_shows_a_folder_is_lent_only_for_that_folder(tmp_path):
+    """A trusted runner's server shows its task's folder: a candidate's runner (nothing shown)
+    never gets it, and neither does the trusted runner of a task in another folder."""
+    found, cpu = sandbox.probe(), resolve_device("cpu")
+    forkserver.close_idle()  # none left by an earlier test of this process
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shown = forkserver.lend(cpu, LIMITS, found, read_only=(tmp_path / "a",))
+    assert shown is not None and shown.alive and shown.read_only == (tmp_path / "a",)
+    shown.release()
+    try:
+        assert forkserver.lend(cpu, LIMITS, found, start=False) is None
+        assert forkserver.lend(cpu, LIMITS, found, start=False, read_only=(tmp_path / "b",)) is None
+        again = forkserver.lend(cpu, LIMITS, found, start=False, read_only=(tmp_path / "a",))
+        assert again is shown
+        again.release()
+    finally:
+        forkserver.close_idle()
 
 
 HOG = r'''
