@@ -64,9 +64,8 @@ class RunnerPool:
 
     def take(self) -> Runner:
         """A started runner that has run nothing; blocks while the next one starts. The first
-        (and every one with size 0) is started in the calling thread, forked by an idle server
-        or by one started for it (no slower than a runner started afresh, and kept for the
-        next evaluator); from the second on, the starter threads keep `size` ready."""
+        (and every one with size 0) is started in the calling thread, forked where an idle
+        server waits; from the second on, the starter threads keep `size` ready."""
         with self._cv:
             self.taken += 1
             inline = self.size == 0 or (self.taken == 1 and not self.ready)
@@ -130,7 +129,7 @@ class RunnerPool:
     def _start(self, box: Runner | None = None) -> Runner:
         if box is None:
             box = Runner(self.spec, self.limits, self.boundary)
-            box.server = self._server(start=True)
+            box.server = self._server(start=False)
         if self.configure is not None:
             self.configure(box)
         try:
