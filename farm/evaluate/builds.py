@@ -204,7 +204,7 @@ def _serve(sock: socket.socket, get: Callable[[Request], bytes]) -> None:
         for _ in range(MAX_BUILDS):
             try:
                 data = wire.recv_frame(sock, REQUEST_BYTES, time.monotonic() + 10 ** 9)
-            except (EOFError, OSError, wire.ProtocolError):
+            except (EOFError, OSError, ValueError, wire.ProtocolError):  # ValueError: closed under the wait
                 return
             try:
                 output = get(Request.parse(data))

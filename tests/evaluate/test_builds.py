@@ -156,3 +156,16 @@ def test_runners_get_their_helpers_from_the_builder_and_the_second_runner_compil
         if server is not None:
             server.close()
     assert (builder.builds - before[0], builder.hits - before[1]) == (1, 1)
+
+
+def test_a_socket_closed_under_the_builders_wait_ends_its_thread_quietly():
+    """A runner killed while its builder thread waits closes the socket under it: the wait
+    ends, with no exception left to the thread (select on a closed socket raises ValueError)."""
+    import socket
+
+    from farm.evaluate import builds
+
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    ours.close()
+    assert builds._serve(ours, lambda request: b"") is None
