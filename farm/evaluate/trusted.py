@@ -29,12 +29,10 @@ class TrustedSide(EvaluatorState):
     def _new_trusted(self) -> Runner:
         """A trusted runner: the task file runs there; it may import from its folder, and
         nothing else it needs. On an interpreted target, inside the sandbox, it is forked by a
-        fork server of its own (one that shows the task's folder, never lent to a candidate),
-        kept for the next evaluator of an op in that folder (each chunk of a search, each op of
-        a source): there a new interpreter costs as much CPU as judging a candidate. On a
-        compiled target the server's start queues behind the candidates' (two at a time on a
-        16-core host), and an H100 batch of three ops at once took 77 s instead of 63 s; a new
-        interpreter starts at once, in the op's own thread."""
+        fork server that shows the task's folder (never lent to a candidate), kept for the next
+        evaluator of an op in that folder: there a new interpreter costs as much CPU as judging
+        a candidate. On a compiled target a new interpreter starts at once, where a server's
+        start would queue behind the candidates' (docs/evaluator.md, "Isolation")."""
         box = Runner(self.spec, self.settings.limits, self.boundary, read_only=(self.ref.path.resolve().parent,))
         # without the sandbox a fork would share the host's view (as the pool's)
         if self.boundary.on and self.spec.target.interpret:
