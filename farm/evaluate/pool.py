@@ -65,7 +65,11 @@ class RunnerPool:
     def take(self) -> Runner:
         """A started runner that has run nothing; blocks while the next one starts. The first
         (and every one with size 0) is started in the calling thread, forked where an idle
-        server waits; from the second on, the starter threads keep `size` ready."""
+        server waits; from the second on, the starter threads keep `size` ready. On an
+        interpreted target the first starts a server where none is idle: the pool's next
+        runners need one anyway, and on the host's own cores a server and a fork cost less than a
+        new interpreter. On a compiled target it starts afresh at once, since there a server's
+        start queued behind the other pools' (docs/evaluator.md, "Isolation")."""
         with self._cv:
             self.taken += 1
             inline = self.size == 0 or (self.taken == 1 and not self.ready)
@@ -127,9 +131,9 @@ class RunnerPool:
             return
 
     def _start(self, box: Runner | None = None) -> Runner:
-        if box is None:
+        if box is None:  # the caller's own start: a server started for it only where that is cheaper
             box = Runner(self.spec, self.limits, self.boundary)
-            box.server = self._server(start=False)
+            box.server = self._server(start=self.spec.target.interpret)
         if self.configure is not None:
             self.configure(box)
         try:

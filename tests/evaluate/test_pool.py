@@ -2,6 +2,8 @@
 
 import logging
 
+import pytest
+
 from farm.evaluate.pool import RunnerPool
 from farm.evaluate.runner import Limits
 from farm.evaluate.sandbox import Boundary
@@ -55,3 +57,36 @@ def test_a_runner_primed_for_other_cases_is_sent_the_current_inputs_again():
     again = types.SimpleNamespace(cached_inputs={"pt", "seed0"}, primed_for=retime_cases)
     side.pool.take = lambda **_: again
     assert TrustedSide._take_runner(side).cached_inputs == {"pt", "seed0"}  # primed for these very cases
+
+
+def test_the_first_runner_starts_a_server_where_none_waits_only_on_an_interpreted_target(monkeypatch):
+    """On the host's cores (the interpreter) a server and a fork cost less than a new interpreter,
+    and the pool's next runners use that server; on a compiled target a server's start queued
+    behind the other pools' (an H100 batch), so there the first runner forks only where a server
+    waits idle."""
+    from dataclasses import replace as copy_with
+
+    from farm.evaluate import forkserver
+    from farm.evaluate import pool as pool_module
+    from farm.targets import DeviceSpec
+
+    asked = []
+
+    class Asked(Exception):
+        pass
+
+    def lend(spec, limits, boundary, start=True, **kwargs):
+        asked.append(start)
+        raise Asked  # what the pool asked for is the subject; no runner needs to start
+
+    monkeypatch.setattr(forkserver, "lend", lend)
+    cpu = resolve_device("cpu")
+    compiled = DeviceSpec(copy_with(cpu.target, interpret=False), cpu.index)
+    for spec in (cpu, compiled):
+        pool = pool_module.RunnerPool(spec, LIMITS, Boundary("bwrap", "under test"), size=1)
+        try:
+            with pytest.raises(Asked):
+                pool.take()
+        finally:
+            pool.close()
+    assert asked == [True, False]

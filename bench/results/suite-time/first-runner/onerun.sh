@@ -1,0 +1,25 @@
+#!/bin/bash
+# one farm run of two demo ops on the CPU, its process tree's CPU via the sampler
+tag=$1; shift
+rm -rf /tmp/fr && mkdir /tmp/fr && cd /tmp/fr
+python /tmp/acct/sampler.py /tmp/acct/procs-$tag.json 0.1 & sp=$!
+sleep 0.5
+/usr/bin/time -f "%e s wall %U user %S sys" env TRITON_INTERPRET=1 FARM_STORE=file:///tmp/fr/store HOME=/tmp/fr PYTHONPATH=${TREE:-/work/main} python -m farm run --source demo --ops row_sum --ops vector_add_scale --target cpu --max-tasks 4 --json > out.json 2> err.txt
+kill $sp; sleep 0.5
+tail -1 err.txt
+python - $tag <<'PY'
+import json,sys
+procs=json.load(open(f'/tmp/acct/procs-{sys.argv[1]}.json'))
+bypid={p['pid']:p for p in procs.values()}
+rp={p['pid'] for p in procs.values() if '-m farm run' in p['cmd']}
+def anc(p):
+    n=0
+    while p and n<40:
+        if p['pid'] in rp: return True
+        p=bypid.get(p['ppid']); n+=1
+    return False
+tot=sum(p['cpu'] for p in procs.values() if anc(p))
+z=sum(1 for p in procs.values() if anc(p) and 'zygote' in p['cmd'] and 'zygote' not in bypid.get(p['ppid'],{'cmd':''})['cmd'])
+f=sum(1 for p in procs.values() if anc(p) and 'runner_child' in p['cmd'])
+print(f"tree CPU {tot:.1f} s, servers {z}, fresh runners {f}")
+PY
