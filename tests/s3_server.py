@@ -35,6 +35,7 @@ ACCESS_KEY = "farm-test-key"
 SECRET_KEY = "farm-test-secret"
 REGION = "us-east-1"
 PIPE_CHUNK = 256 * 1024  # bytes the proxy moves at a time
+WRITES = {"PUT", "POST", "DELETE"}
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
     "te", "trailers", "transfer-encoding", "upgrade", "expect",
@@ -161,15 +162,22 @@ class FlakyProxy:
     answer `status` to the next N requests (`fail_next`), go down after N more requests
     (`down_after`: later connections are dropped unanswered), strip conditional-write
     headers (`ignore_conditions`, a server that ignores them), or stop listening
-    (`stop`: connections refused) and come back on the same port (`start`)."""
+    (`stop`: connections refused) and come back on the same port (`start`).
+
+    `one_write_at_a_time`: moto checks If-Match / If-None-Match and then writes, with nothing
+    held between the two, so two conditional PUTs of the same ETag can both land under its
+    threaded server (a promotion race lost a version in the suite); S3 makes the check and the
+    write one step. With it set, the proxy forwards one write at a time, as S3 decides them."""
 
     def __init__(self, target_port: int):
         self.target_port = target_port
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.ignore_conditions = False
+        self.one_write_at_a_time = False
         self.requests = 0  # forwarded to the server
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._failures: list[int] = []
         self._budget: int | None = None  # requests left before going down; None = no limit
         self._server: ThreadingHTTPServer | None = None
@@ -240,6 +248,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._drain()
             self._fail(*action[:2])
             return
+        if self.proxy.one_write_at_a_time and self.command in WRITES:
+            with self.proxy._write_lock:
+                self._forward()
+            return
         self._forward()
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
@@ -306,12 +318,15 @@ class S3Env:
 
     server: MotoServer
     bucket: str
+    endpoint_override: str | None = None  # a proxy in front of the server (atomic_s3)
 
     @property
     def endpoint(self) -> str:
-        return self.server.endpoint
+        return self.endpoint_override or self.server.endpoint
 
     def settings(self, **overrides) -> S3Settings:
+        if self.endpoint_override:
+            overrides = {"endpoint_url": self.endpoint_override, **overrides}
         return self.server.settings(**overrides)
 
     def client(self):
@@ -339,4 +354,15 @@ def flaky_proxy(s3_server):
     """A FlakyProxy in front of the test's server; `flaky_proxy.endpoint` is its URL."""
     proxy = FlakyProxy(s3_server.server.port).start()
     yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def atomic_s3(s3_server):
+    """The test's bucket behind a proxy that forwards one write at a time, so that moto decides
+    concurrent conditional writes as S3 does (FlakyProxy.one_write_at_a_time): `atomic_s3.store()`."""
+    proxy = FlakyProxy(s3_server.server.port)
+    proxy.one_write_at_a_time = True
+    proxy.start()
+    yield replace(s3_server, endpoint_override=proxy.endpoint)
     proxy.stop()

@@ -10,7 +10,7 @@ import pytest
 from farm.search import results
 from farm.search.database import Record
 from farm.storage import open_store
-from tests.s3_server import s3_server  # noqa: F401
+from tests.s3_server import atomic_s3, s3_server  # noqa: F401
 
 WRITERS, ROUNDS = 6, 4
 
@@ -49,9 +49,9 @@ def test_concurrent_promotions_on_a_file_store_keep_the_fastest(tmp_path, seed):
     _race(lambda: open_store(f"file://{tmp_path / 'store'}"), seed)
 
 
-def test_concurrent_promotions_on_s3_keep_the_fastest(s3_server):  # noqa: F811
+def test_concurrent_promotions_on_s3_keep_the_fastest(atomic_s3):  # noqa: F811
     for seed in range(ROUNDS):
-        _race(lambda prefix=f"race{seed}": s3_server.store(prefix), seed)
+        _race(lambda prefix=f"race{seed}": atomic_s3.store(prefix), seed)
 
 
 def test_a_record_from_an_older_farm_keeps_its_best_py(tmp_path):

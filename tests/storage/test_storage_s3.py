@@ -14,7 +14,7 @@ import pytest
 from farm.errors import IntegrityError, InvalidName, StorageError
 from farm.storage import open_store
 from farm.storage.s3 import S3Store
-from tests.s3_server import flaky_proxy, s3_server  # noqa: F401
+from tests.s3_server import atomic_s3, flaky_proxy, s3_server  # noqa: F401
 
 MB = 1024 * 1024
 
@@ -130,19 +130,44 @@ def _add(name: str):
     return mutate
 
 
-def test_conditional_writes_concurrent_updates(s3_server):  # noqa: F811
-    store = s3_server.store()
+def test_conditional_writes_concurrent_updates(atomic_s3):  # noqa: F811
+    store = atomic_s3.store()
     assert store.conditional_writes() is True  # moto honours If-None-Match / If-Match
     assert list(store.list()) == []  # the probe object is gone (and would be hidden anyway)
 
     def one(i: int) -> None:
         # a store per writer, like separate processes; each probes once
-        s3_server.store().update_json("refs/manifest.json", _add(f"w{i}"))
+        atomic_s3.store().update_json("refs/manifest.json", _add(f"w{i}"))
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(8)))
     doc = store.read_json("refs/manifest.json")
     assert sorted(doc["entries"]) == [f"w{i}" for i in range(8)]
+
+
+def test_of_writers_holding_the_same_etag_exactly_one_lands(atomic_s3):  # noqa: F811
+    """What the compare-and-swap stands on, as S3 decides it: of many PUTs If-Match the same
+    ETag, one lands and the others get 412, every round (moto alone can let two land)."""
+    from botocore.exceptions import ClientError
+
+    client = atomic_s3.server.client(atomic_s3.endpoint)
+    for round_ in range(3):
+        key = f"cas/{round_}.json"
+        etag = client.put_object(Bucket=atomic_s3.bucket, Key=key, Body=b"{}")["ETag"]
+        barrier = threading.Barrier(8)
+
+        def write(i: int, key: str = key, etag: str = etag, barrier: threading.Barrier = barrier) -> bool:
+            barrier.wait()
+            try:
+                client.put_object(Bucket=atomic_s3.bucket, Key=key, Body=f'{{"w": {i}}}'.encode(), IfMatch=etag)
+                return True
+            except ClientError as exc:
+                assert exc.response["Error"]["Code"] in ("PreconditionFailed", "412", "ConditionalRequestConflict")
+                return False
+
+        with ThreadPoolExecutor(8) as pool:
+            landed = list(pool.map(write, range(8)))
+        assert sum(landed) == 1, landed
 
 
 def test_probe_detects_ignored_conditions_and_falls_back(s3_server, flaky_proxy, monkeypatch):  # noqa: F811
