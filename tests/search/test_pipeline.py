@@ -100,7 +100,7 @@ def test_pipeline_gives_the_sequential_verdicts_and_a_hang_does_not_hold_the_dev
     assert piped["syntax_error"] == "compile_error" and piped["no_model"] == "compile_error"
     # the hang sat in a compile-ahead runner for its whole limit while the good kernel was judged on the device
     got = {verdict: at for _id, verdict, at in order}
-    assert got["pass"] < got["timeout"] and got["timeout"] >= HANG_S * 0.9
+    assert got["pass"] < got["timeout"] and got["timeout"] >= HANG_S * 0.9, order
     report = store.read_json("runs/pipe/demo/row_sum/state.json")
     assert report["status"] == "done"
     # the dashboard's figures: the device's time by phase over the chunk, the queues drained
