@@ -31,6 +31,10 @@ FAST = {"FARM_QUEUE_VISIBILITY_TIMEOUT_S": "300", "FARM_QUEUE_CHUNK_TIME_LIMIT_S
 # Where a killed worker's message must come back by the visibility timeout: no candidate starts
 # after 25 s of a chunk (half its limit), and the message is handed out again after 65 s.
 REDELIVER = {"FARM_QUEUE_VISIBILITY_TIMEOUT_S": "65", "FARM_QUEUE_CHUNK_TIME_LIMIT_S": "50"}
+# A message a worker had taken when Redis went down stays in Redis' unacked set after the restart
+# (the worker's new connection no longer knows it): the reconciler hands it out again after
+# queue.takeover_s. The defaults (150 s, looked at every 30 s) outlast the test's wait for the run.
+TAKEOVER = {"FARM_QUEUE_TAKEOVER_S": "20", "FARM_QUEUE_RECONCILE_INTERVAL_S": "5"}
 EVALUATED = re.compile(r"evaluated run=(\S+) op=(\S+) candidate=(\S+)")
 
 
@@ -230,7 +234,7 @@ def test_search_worker_killed_mid_chunk_completes_elsewhere(cluster, tmp_path):
 
 def test_redis_restart_mid_run_loses_nothing(tmp_path):
     redis = RedisServer(appendonly=True).start()
-    c = Cluster(tmp_path, {"FARM_QUEUE_BROKER_URL": redis.url(), **FAST})
+    c = Cluster(tmp_path, {"FARM_QUEUE_BROKER_URL": redis.url(), **FAST, **TAKEOVER})
     try:
         c.start_worker(0)
         c.start_worker(1)
