@@ -14,6 +14,7 @@ the lengths. Lists are read in pages, so a queue of ten thousand messages never 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -82,6 +83,18 @@ def reserved(client) -> list[Reserved]:
         found.append(Reserved(tag.decode() if isinstance(tag, bytes) else tag, _id_of(message),
                               routing_key if isinstance(routing_key, str) else None, delivered.get(tag)))
     return found
+
+
+def started_at(client) -> float | None:
+    """When the Redis server last started, on this host's clock (None where it does not say).
+    A restart closes every worker's connection, and a worker forgets what it had taken and not
+    started (Celery drops its reserved and countdown-held requests on a new connection), while
+    Redis, with its append-only file, still lists those messages as taken."""
+    try:
+        uptime = float(client.info("server")["uptime_in_seconds"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return time.time() - uptime
 
 
 def drop_reserved(client, tag: str) -> None:

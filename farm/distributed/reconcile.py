@@ -7,16 +7,18 @@ checkpoint has reached). That task is
 - running: the op's lock is held (the holder renews it: a lock is a heartbeat);
 - queued: its message waits in the pool's queue, or a worker took it moments ago (it starts,
   or waits for its retry countdown);
-- stalled, for one of three reasons, each with the command that recovers it:
+- stalled, for one of four reasons, each with the command that recovers it:
   - no live worker consumes the queue it waits in (`farm worker`, `farm scale`);
   - a worker took it more than queue.takeover_s ago and its op has no lock holder: the worker
     died (the broker would hand it out again only after the visibility timeout, 2 h);
+  - a worker took it before Redis last restarted and its op has no lock holder: the worker's
+    new connection forgot it (Redis kept it, with its append-only file, as taken);
   - it is neither queued nor running: Redis lost its data (restarted without persistence,
     failed over), or a crash fell between two steps.
 
-`farm status` shows the states. The reconciler re-enqueues the last two kinds (dropping a dead
-worker's message, counted as a redelivery so that queue.max_redeliveries still caps a chunk
-that kills its worker) and records what it did in the op's status; one `farm worker` of the
+`farm status` shows the states. The reconciler re-enqueues the last three kinds (dropping the
+taken message; a dead worker's counts as a redelivery, so that queue.max_redeliveries still caps
+a chunk that kills its worker) and records what it did in the op's status; one `farm worker` of the
 fleet runs it every queue.reconcile_interval_s, and `farm recover` runs it once by hand.
 Task ids derive from run, op and chunk, and a task finds its done mark or the op's lock, so a
 task enqueued twice by a race with a worker does nothing twice.
@@ -42,6 +44,7 @@ if TYPE_CHECKING:  # redis is an optional dependency: imported where Redis is ta
 log = logging.getLogger(__name__)
 
 RECOVERED_KEPT = 5  # the last recoveries an op's status keeps
+RESTART_MARGIN_S = 2.0
 
 
 @dataclass
@@ -57,9 +60,17 @@ class Snapshot:
     # False with an AMQP broker: its queues are not in Redis, so an op that is not running may
     # well be queued, and only `farm recover` (told to) publishes it again
     queues_known: bool = True
+    broker_since: float | None = None  # when Redis last started (broker.started_at)
 
     def consumers(self, queue: str) -> list[str]:
         return [w for w, qs in self.workers.items() if queue in qs]
+
+    def taken_before_restart(self, item: broker.Reserved) -> bool:
+        """Taken before Redis last started: no worker holds it any more (broker.started_at).
+        RESTART_MARGIN_S keeps a message taken in the restart's last moments (worker clocks,
+        the whole seconds of Redis' uptime) to the takeover rule."""
+        return (self.broker_since is not None and item.delivered_at is not None
+                and item.delivered_at < self.broker_since - RESTART_MARGIN_S)
 
 
 def snapshot(coord: Coordinator, views: list[dict], queues_known: bool = True) -> Snapshot:
@@ -70,7 +81,7 @@ def snapshot(coord: Coordinator, views: list[dict], queues_known: bool = True) -
         if item.task_id:
             reserved.setdefault(item.task_id, []).append(item)
     return Snapshot(coord.holders(names), broker.queued_ids(coord.r, queues), reserved, coord.live_workers(),
-                    queues_known=queues_known)
+                    queues_known=queues_known, broker_since=broker.started_at(coord.r))
 
 
 def redis_broker(settings: Settings) -> bool:
@@ -131,6 +142,11 @@ def _state(view: dict, row: dict, snap: Snapshot, settings: Settings, holder: st
     taken = snap.reserved.get(task_id, [])
     if not snap.queues_known:
         return {"state": "queued", "task": task_id}
+    if taken and task_id not in snap.queued and all(snap.taken_before_restart(r) for r in taken):
+        return {"state": "stalled", "task": task_id, "orphaned": [r.tag for r in taken], "restarted": True,
+                "stalled": f"taken by a worker before Redis restarted {snap.at - (snap.broker_since or snap.at):.0f} "
+                           "s ago and not running since: no worker holds it any more",
+                "fix": f"{auto}{hint}"}
     if task_id in snap.queued or any(snap.at - (r.delivered_at or snap.at) < settings.queue.takeover_s
                                      for r in taken):
         if snap.consumers(queue):
@@ -231,7 +247,7 @@ class Reconciler:
         run, source, op, task_id = view["run"], row["source"], row["op"], row["task"]
         for tag in row.get("orphaned", []):
             broker.drop_reserved(self.coord.r, tag)
-        if row.get("orphaned"):
+        if row.get("orphaned") and not row.get("restarted"):  # a restart is no fault of the chunk's
             self.coord.count("redelivered", task_id)  # the cap on chunks that kill their worker still holds
         spec, _ = load_run(self.store, run)
         if task_id.endswith(":reference"):

@@ -32,8 +32,9 @@ FAST = {"FARM_QUEUE_VISIBILITY_TIMEOUT_S": "300", "FARM_QUEUE_CHUNK_TIME_LIMIT_S
 # after 25 s of a chunk (half its limit), and the message is handed out again after 65 s.
 REDELIVER = {"FARM_QUEUE_VISIBILITY_TIMEOUT_S": "65", "FARM_QUEUE_CHUNK_TIME_LIMIT_S": "50"}
 # A message a worker had taken when Redis went down stays in Redis' unacked set after the restart
-# (the worker's new connection no longer knows it): the reconciler hands it out again after
-# queue.takeover_s. The defaults (150 s, looked at every 30 s) outlast the test's wait for the run.
+# (the worker's new connection no longer knows it): the reconciler hands it out again at its next
+# turns, or, taken in the restart's last 2 s, after queue.takeover_s. The defaults (150 s, looked
+# at every 30 s) outlast the test's wait for the run.
 TAKEOVER = {"FARM_QUEUE_TAKEOVER_S": "20", "FARM_QUEUE_RECONCILE_INTERVAL_S": "5"}
 EVALUATED = re.compile(r"evaluated run=(\S+) op=(\S+) candidate=(\S+)")
 

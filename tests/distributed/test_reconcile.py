@@ -13,7 +13,7 @@ import pytest
 
 from farm.distributed.runs import RunSpec, save_run, summarize, update_op
 from farm.storage import open_store
-from tests.redis_server import redis_server  # noqa: F401
+from tests.redis_server import RedisServer, redis_server  # noqa: F401
 
 pytest.importorskip("celery")
 
@@ -98,12 +98,14 @@ def test_a_task_taken_by_a_dead_worker_is_taken_over_and_counted(farm_env):
     enqueue_search(spec, "demo", "row_sum", 0)
     raw = client.rpop("search.cpu")  # what a worker's fetch does: the message moves to unacked
     client.hset(broker.UNACKED_KEY, "tag-1", json.dumps([json.loads(raw), "search.cpu", "search.cpu"]))
-    client.zadd(broker.UNACKED_INDEX_KEY, {"tag-1": time.time() - 1})  # taken a second ago
+    client.zadd(broker.UNACKED_INDEX_KEY, {"tag-1": time.time()})
 
     rec = Reconciler(settings, store, coord)
     view = look(settings, store, "r")
     assert view["ops"][0]["state"] == "queued"  # just taken: it starts (or waits for a retry)
-    client.zadd(broker.UNACKED_INDEX_KEY, {"tag-1": time.time() - 60})  # taken a minute ago, no lock since
+    # taken longer ago than queue.takeover_s, no lock since (aged for real: a time stamp before this
+    # Redis started would say the message outlived a restart, a case of its own, below)
+    time.sleep(settings.queue.takeover_s + 0.5)
     view = look(settings, store, "r")
     assert view["ops"][0]["state"] == "stalled" and "its worker died" in view["ops"][0]["stalled"]
     assert rec.run_once() == []  # first sighting
@@ -112,6 +114,61 @@ def test_a_task_taken_by_a_dead_worker_is_taken_over_and_counted(farm_env):
     assert done["task"] == "r:demo:row_sum:search:0"
     assert client.hlen(broker.UNACKED_KEY) == 0 and queued(client, "search.cpu") == ["r:demo:row_sum:search:0"]
     assert coord.counter("redelivered", "r:demo:row_sum:search:0") == 1  # queue.max_redeliveries still caps it
+
+
+def test_a_task_taken_before_redis_restarted_is_stalled_at_once_and_recovered_uncounted(monkeypatch):
+    """Redis restarts with its append-only file: a message a worker had taken (held for a retry's
+    countdown, or not started yet) is still listed as taken, but the worker's new connection has
+    forgotten it. With its op unlocked it is stalled at once, not after queue.takeover_s (600 s
+    here), and published again without counting a redelivery; one taken since the restart waits."""
+    from farm.config import load_settings
+    from farm.distributed import broker, reconcile
+    from farm.distributed.celery_app import configured
+    from farm.distributed.coord import Coordinator
+    from farm.distributed.publish import enqueue_search
+
+    server = RedisServer(appendonly=True).start()
+    try:
+        monkeypatch.setenv("FARM_QUEUE_BROKER_URL", server.url())
+        for key, value in {**QUICK, "FARM_QUEUE_TAKEOVER_S": "600"}.items():
+            monkeypatch.setenv(key, value)
+        settings = load_settings()[0]
+        configured(settings)
+        store = open_store(os.environ["FARM_STORE"])
+        spec = make_run(store, ops=("row_sum", "swiglu"))
+        for op in spec.ops:
+            update_op(store, "r", "demo", op, phase="searching", chunk=0)
+            enqueue_search(spec, "demo", op, 0)
+        take(server.client(), "tag-before")  # row_sum's chunk, taken now
+        time.sleep(reconcile.RESTART_MARGIN_S + 1.5)  # Redis counts its uptime in whole seconds
+        Coordinator(server.url()).beat("w@h", ["search.cpu"])
+        assert [r["state"] for r in look(settings, store, "r")["ops"]] == ["queued", "queued"]
+
+        server.restart()
+        client = server.client()
+        coord = Coordinator(server.url(), settings.queue.lock_ttl_s)
+        coord.beat("w@h", ["search.cpu"])
+        take(client, "tag-after")  # swiglu's chunk, taken by a worker since the restart
+        rows = {r["op"]: r for r in look(settings, store, "r")["ops"]}
+        assert rows["swiglu"]["state"] == "queued"
+        assert rows["row_sum"]["state"] == "stalled" and "before Redis restarted" in rows["row_sum"]["stalled"]
+
+        [done] = reconcile.recover(settings, store, "r")
+        assert done["task"] == "r:demo:row_sum:search:0"
+        assert queued(client, "search.cpu") == ["r:demo:row_sum:search:0"]
+        assert [r.tag for r in broker.reserved(client)] == ["tag-after"]
+        assert coord.counter("redelivered", "r:demo:row_sum:search:0") == 0  # the restart is not the chunk's fault
+    finally:
+        server.cleanup()
+
+
+def take(client, tag: str) -> None:
+    """What a worker's fetch does: the queue's first message moves to the unacked set, stamped now."""
+    from farm.distributed import broker
+
+    raw = client.rpop("search.cpu")
+    client.hset(broker.UNACKED_KEY, tag, json.dumps([json.loads(raw), "search.cpu", "search.cpu"]))
+    client.zadd(broker.UNACKED_INDEX_KEY, {tag: time.time()})
 
 
 def test_a_running_op_holds_its_lock_and_is_left_alone(farm_env):
