@@ -33,11 +33,13 @@ def require_redis() -> str:
 
 
 class RedisServer:
-    def __init__(self, appendonly: bool = False, port: int | None = None, folder: Path | None = None):
+    def __init__(self, appendonly: bool = False, port: int | None = None, folder: Path | None = None,
+                 args: tuple[str, ...] = ()):
         self.binary = require_redis()
         self.port = port or free_port()
         self.dir = folder or Path(tempfile.mkdtemp(prefix="farm-redis-"))
         self.appendonly = appendonly
+        self.args = args  # more of redis-server's options
         self.proc: subprocess.Popen | None = None
 
     def url(self, db: int = 0) -> str:
@@ -46,7 +48,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
-                "--logfile", str(self.dir / "redis.log")]
+                "--logfile", str(self.dir / "redis.log"), *self.args]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20

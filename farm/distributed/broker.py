@@ -90,9 +90,11 @@ def started_at(client) -> float | None:
     A restart closes every worker's connection, and a worker forgets what it had taken and not
     started (Celery drops its reserved and countdown-held requests on a new connection), while
     Redis, with its append-only file, still lists those messages as taken."""
+    from redis.exceptions import ResponseError  # INFO may be renamed away on a managed Redis
+
     try:
         uptime = float(client.info("server")["uptime_in_seconds"])
-    except (KeyError, TypeError, ValueError):
+    except (ResponseError, KeyError, TypeError, ValueError):
         return None
     return time.time() - uptime
 

@@ -162,6 +162,18 @@ def test_a_task_taken_before_redis_restarted_is_stalled_at_once_and_recovered_un
         server.cleanup()
 
 
+def test_a_redis_without_info_leaves_the_takeover_rule(monkeypatch):
+    """A managed Redis may rename INFO away: the restart is unknown (None, not an error that would
+    stop every reconciler pass and `farm status`), and a taken message waits for the takeover rule."""
+    from farm.distributed import broker
+
+    server = RedisServer(args=("--rename-command", "INFO", "")).start()
+    try:
+        assert broker.started_at(server.client()) is None
+    finally:
+        server.cleanup()
+
+
 def take(client, tag: str) -> None:
     """What a worker's fetch does: the queue's first message moves to the unacked set, stamped now."""
     from farm.distributed import broker
