@@ -111,8 +111,9 @@ def _list_runs(st, as_json: bool) -> None:
 
 @handle_errors
 def recover(ctx: typer.Context, run: RunArg = None, store: StoreOpt = None, as_json: bool = JsonOption) -> None:
-    """Re-enqueue the run's stranded work now: ops neither queued nor running (Redis lost its data)
-    and ops whose worker died holding them. `farm worker` does the same every queue.reconcile_interval_s."""
+    """Re-enqueue the run's stranded work now: ops neither queued nor running (Redis lost its data),
+    ops whose worker died holding them, and ops whose task a worker took before Redis restarted.
+    `farm worker` does the same every queue.reconcile_interval_s."""
     _need_celery()
     from farm.distributed import control, reconcile, runs
 
